@@ -1,0 +1,37 @@
+"""`python -m pipeline stage=<name>`: composes the Hydra config and dispatches."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import hydra
+from omegaconf import DictConfig
+
+from pipeline import stages
+from pipeline.summary import print_summary
+
+log = logging.getLogger("pipeline")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    name = str(cfg.stage)
+    try:
+        names = stages.stages_for_all(cfg) if name == "all" else [name]
+        for n in names:
+            stages.get(n)
+    except ValueError as e:
+        log.error("%s", e)
+        sys.exit(2)
+    t0 = time.time()
+    results = {}
+    for n in names:
+        log.info("stage=%s workspace=%s", n, cfg.workspace)
+        results[n] = stages.get(n).run(cfg) or {}
+    print_summary(cfg, results, time.time() - t0)
+
+
+if __name__ == "__main__":
+    main()

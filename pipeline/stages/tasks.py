@@ -1,0 +1,69 @@
+"""stage=tasks: the task table and the MetaSchedule workload database of a workspace."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from features import schema as S
+from pipeline import identity
+from pipeline.targets import make_target, target_dict, target_json
+from pipeline.workloads import load_workloads
+from pipeline.workspace import Workspace, read_table, write_table
+
+log = logging.getLogger(__name__)
+
+
+def args_of(mod) -> list:
+    """[[dtype, shape], ...] of the main PrimFunc's buffer parameters."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [[str(a.dtype), [int(x) for x in a.shape]] for a in ArgInfo.from_prim_func(mod["main"])]
+
+
+def flops_of(mod) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - some ops (e.g. pure data movement) have no estimate
+        return float("nan")
+
+
+def run(cfg) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    ws = Workspace.from_cfg(cfg)
+    if ws.tasks.exists() and not cfg.force:
+        tasks = read_table(ws.tasks)
+        log.info("%s exists (%d tasks); force=true rebuilds it", ws.tasks, len(tasks))
+        return {"tasks": len(tasks)}
+    tdict = target_dict(cfg)
+    target = make_target(tdict)
+    workloads = load_workloads(cfg, target)
+    limit = cfg.budget.max_tasks
+    if limit is not None and len(workloads) > int(limit):
+        # Keep the heaviest tasks of a network (weight x FLOPs) when the budget is small.
+        workloads = sorted(workloads, key=lambda w: -w.weight * max(flops_of(w.mod), 0.0))[: int(limit)] \
+            if any(w.network for w in workloads) else workloads[: int(limit)]
+    ws.root.mkdir(parents=True, exist_ok=True)
+    for p in (ws.db_workload, ws.db_tuning_record):
+        if p.exists():
+            p.unlink()
+    db = ms.database.JSONDatabase(str(ws.db_workload), str(ws.db_tuning_record), allow_missing=True)
+    rows, index = [], {}
+    for w in workloads:
+        tid = identity.task_id(w.mod)
+        if tid in index:  # the same workload from two places: one task, summed weight
+            rows[index[tid]]["weight"] += w.weight
+            continue
+        db.commit_workload(w.mod)
+        index[tid] = len(rows)
+        rows.append(
+            dict(task_id=tid, name=w.name, network=w.network, weight=int(w.weight), flops=flops_of(w.mod),
+                 target=target_json(tdict), source=w.source, args_json=json.dumps(args_of(w.mod)),
+                 workload_index=len(rows))
+        )
+    write_table(rows, S.TASKS, ws.tasks)
+    log.info("wrote %d tasks to %s", len(rows), ws.tasks)
+    return {"tasks": len(rows)}

@@ -1,0 +1,27 @@
+"""The MetaSchedule paper's operator suite, as shipped with TVM (te_workload.CONFIGS)."""
+
+from __future__ import annotations
+
+from pipeline.workloads import Workload
+
+
+def load(cfg, target) -> list[Workload]:
+    import tvm
+    from tvm.s_tir.meta_schedule.testing import te_workload
+
+    valid = list(te_workload.CONFIGS)
+    out = []
+    for op in cfg.dataset.ops:
+        if op not in te_workload.CONFIGS:
+            raise ValueError(f"dataset.ops: unknown operator {op!r}; valid: {', '.join(valid)}")
+        n = len(te_workload.CONFIGS[op][1])
+        for idx in cfg.dataset.configs:
+            if not 0 <= int(idx) < n:
+                raise ValueError(f"dataset.configs: {op} has configs 0..{n - 1}, got {idx}")
+            try:
+                func = te_workload.create_te_workload(op, int(idx))
+            except RuntimeError as e:
+                raise ValueError(f"dataset.ops: {op} cannot be created on this TVM ({e}); drop it from dataset.ops") from e
+            mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+            out.append(Workload(name=f"{op}-{idx}", mod=mod, source="ops"))
+    return out
