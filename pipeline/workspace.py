@@ -61,7 +61,8 @@ class Workspace:
 
     @property
     def kernel_libs(self) -> Path:
-        return self.root / "kernels" / "lib"
+        """Exported kernels, `<record_id>.so` (kept apart from the Parquet folders)."""
+        return self.root / "lib"
 
     @property
     def references(self) -> Path:

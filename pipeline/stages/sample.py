@@ -1,0 +1,109 @@
+"""stage=sample: distinct schedule candidates per task, as MetaSchedule tuning records.
+
+Candidates are drawn from MetaSchedule's own design spaces (post-order-apply) by its
+own search strategies, so the dataset covers the space MetaSchedule actually searches.
+Records are committed to the workspace's JSONDatabase without run times.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tqdm import tqdm
+
+from features import schema as S
+from pipeline import database as D
+from pipeline.targets import make_target, target_dict
+from pipeline.workspace import Workspace, read_table, write_part
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("replay-trace", "evolutionary")
+
+
+def shard_of(df, cfg):
+    """Rows of `df` that belong to this shard (round-robin by position)."""
+    count, index = int(cfg.shard.count), int(cfg.shard.index)
+    if not 0 <= index < count:
+        raise ValueError(f"shard.index={index} must be in [0, shard.count={count})")
+    return df.iloc[index::count] if count > 1 else df
+
+
+def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: int) -> list:
+    """Up to `n` schedules with distinct traces, drawn by a MetaSchedule search strategy."""
+    from tvm.s_tir import meta_schedule as ms
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"sample.strategy={strategy!r}; valid: {', '.join(STRATEGIES)}")
+    ctx = ms.TuneContext(
+        mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
+        task_name="sample", num_threads=num_threads, rand_state=seed,
+    )
+    spaces = ctx.generate_design_space()
+    database = ms.database.MemoryDatabase()
+    cost_model = ms.cost_model.RandomModel(seed=seed)
+    per_iter = max(n, 8)
+    ctx.search_strategy.pre_tuning(
+        max_trials=4 * per_iter, num_trials_per_iter=per_iter, design_spaces=spaces,
+        database=database, cost_model=cost_model,
+    )
+    seen, out = set(), []
+    try:
+        while len(out) < n:
+            batch = ctx.search_strategy.generate_measure_candidates()
+            if not batch:
+                break
+            for cand in batch:
+                key = str(cand.sch.trace)
+                if key not in seen and len(out) < n:
+                    seen.add(key)
+                    out.append(cand.sch)
+            ctx.search_strategy.notify_runner_results(
+                batch, [ms.runner.RunnerResult(run_secs=None, error_msg="not measured") for _ in batch]
+            )
+    finally:
+        ctx.search_strategy.post_tuning()
+    return out
+
+
+def run(cfg) -> dict:
+    from tvm.s_tir import meta_schedule as ms
+
+    ws = Workspace.from_cfg(cfg)
+    tasks = shard_of(read_table(ws.require(ws.tasks, "tasks")), cfg)
+    target = make_target(target_dict(cfg))
+    out_file = D.shard_record_file(ws, int(cfg.shard.index), int(cfg.shard.count))
+    if cfg.force:
+        for p in [out_file, *[p for p in ws.candidates.glob(f"part-{int(cfg.shard.index):04d}-*.parquet")]]:
+            p.unlink(missing_ok=True)
+    done = set(read_table(ws.candidates, S.CANDIDATES)["task_id"]) if ws.candidates.exists() else set()
+    todo = tasks[~tasks["task_id"].isin(done)]
+    workloads = D.read_workload_lines(ws)
+    db = ms.database.JSONDatabase(str(ws.db_workload), str(out_file), allow_missing=True)
+    n = int(cfg.budget.candidates_per_task)
+    strategy = str(cfg.sample.strategy)
+    total = failed = 0
+    for row in tqdm(list(todo.itertuples()), desc="sample", unit="task"):
+        wl_line = workloads[row.workload_index]
+        workload = ms.database.Workload.from_json(wl_line)
+        try:
+            schs = draw_candidates(workload.mod, target, n, strategy, int(cfg.seed), target.attrs.get("num-cores", 1) or 1)
+            error = None if schs else "the design space produced no candidate"
+        except Exception as e:  # noqa: BLE001 - a task whose space cannot be generated is a row
+            schs, error = [], f"{type(e).__name__}: {e}"
+        args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
+        for sch in schs:
+            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, None, target, args_info))
+        # Record ids come from the lines as written, so every reader computes the same id.
+        lines, _ = D.read_record_lines([out_file])
+        mine = [r for r in lines if r.workload_index == row.workload_index][-len(schs):] if schs else []
+        rows = [dict(record_id=r.record_id(row.task_id), task_id=row.task_id, strategy=strategy,
+                     trace_json=r.trace_text) for r in mine]
+        if error:
+            failed += 1
+            log.warning("task %s (%s): %s", row.name, row.task_id, error)
+            rows.append(dict(record_id=f"{row.task_id}-none", task_id=row.task_id, strategy=strategy, error=error))
+        write_part(rows, S.CANDIDATES, ws.candidates, int(cfg.shard.index))
+        total += len(schs)
+    all_rows = read_table(ws.candidates, S.CANDIDATES)
+    return {"tasks": len(tasks), "candidates": int(all_rows["error"].isna().sum()), "new": total, "failed_tasks": failed}

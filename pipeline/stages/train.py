@@ -1,0 +1,159 @@
+"""stage=train: cost models on the workspace's measurements and features, logged to MLflow.
+
+`model=all` (default) trains every model of `train.models`, `features=each` (default) every
+feature set of `train.features`; `model=<name>` / `features=<set>` pick one, so a Hydra
+multirun (`-m model=lgbm,xgb features=static,profiler`) gives one run per combination.
+The split is drawn once on all successfully measured records, so every model and feature
+set is trained and tested on the same records (those that have the features).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from models import registry, tracking
+from models.metrics import evaluate
+from models.splits import make_split
+from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records
+from pipeline.workspace import Workspace, WorkspaceError
+
+log = logging.getLogger(__name__)
+
+EACH = "each"
+STATIC_ONLY = {"ms_xgb"}  # models that read their own static features
+
+
+def model_configs(cfg) -> list[dict]:
+    """The model configs this run trains (validated before any work starts)."""
+    name = str(cfg.model.name)
+    if name == registry.ALL:
+        names = [str(n) for n in cfg.train.models]
+        if not names:
+            raise registry.UnknownModelError("train.models is empty: name at least one model")
+        return [OmegaConf.to_container(registry.model_config(n), resolve=True) for n in names]
+    if name not in registry.model_names():
+        raise registry.UnknownModelError(f"model={name!r} is not a model; valid: {', '.join(registry.model_names())}, all")
+    return [OmegaConf.to_container(cfg.model, resolve=True)]
+
+
+def feature_configs(cfg) -> list[dict]:
+    name = str(cfg.features.name)
+    names = [str(n) for n in cfg.train.features] if name == EACH else [name]
+    bad = [n for n in names if n not in FEATURE_SETS]
+    if bad:
+        raise FeatureSetError(f"features={bad[0]!r} is not a feature set; valid: {', '.join(FEATURE_SETS)}, each")
+    if name != EACH:
+        return [OmegaConf.to_container(cfg.features, resolve=True)]
+    return [OmegaConf.to_container(OmegaConf.load(registry.CONF / "features" / f"{n}.yaml"), resolve=True) for n in names]
+
+
+def predict_rate(model, table, n: int) -> float:
+    """Records scored per second for a batch of `n` candidates (test records, repeated to n)."""
+    if len(table) == 0:
+        return float("nan")
+    batch = table.take(np.resize(np.arange(len(table)), n))
+    model.predict(batch)  # warm-up (lazy imports, allocations)
+    t0 = time.perf_counter()
+    model.predict(batch)
+    return n / max(time.perf_counter() - t0, 1e-9)
+
+
+def train_one(cfg, ws, mcfg: dict, table, split) -> dict:
+    """Fit, evaluate and log one model on one feature set; returns its summary row."""
+    seed = int(cfg.seed)
+    threads = int(cfg.jobs) or os.cpu_count() or 1
+    model = registry.build(mcfg, table.spec, seed=seed, threads=threads)
+    if hasattr(model, "bind"):
+        model.bind(ws)
+    parts = {k: table.take(getattr(split, k)) for k in ("train", "val", "test")}
+    t0 = time.perf_counter()
+    model.fit(parts["train"], parts["val"])
+    train_s = time.perf_counter() - t0
+    evals, preds = {}, {}
+    for k in ("val", "test"):
+        if len(parts[k]):
+            scores = model.predict(parts[k])
+            evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed)
+            preds[k] = (parts[k].frame, scores)
+    timing = {"train_seconds": train_s, "predict_per_s": predict_rate(model, parts["test"], int(cfg.train.predict_batch)),
+              "n_train": len(parts["train"]), "n_val": len(parts["val"]), "n_test": len(parts["test"])}
+    run_id = tracking.log_run(cfg, model=model, table=table, split=split, evals=evals, timing=timing,
+                              predictions=preds, model_cfg=mcfg)
+    t = evals["test"].summary
+    return {"model": model.name, "features": table.spec.feature_set if model.name not in STATIC_ONLY else "static",
+            "train_s": round(train_s, 2), "top1": t["top1_score"], "peak5": t["peak5"], "pair_acc": t["pair_acc"],
+            "spearman": t["spearman"], "run_id": run_id}
+
+
+def run(cfg) -> dict:
+    ws = Workspace.from_cfg(cfg)
+    models = model_configs(cfg)
+    feature_sets = feature_configs(cfg)
+    explicit = str(cfg.features.name) != EACH
+    records = labelled_records(ws)  # fails early without measurements
+    s = cfg.split
+    split_all = make_split(records, str(s.name), seed=int(s.seed), test_fraction=float(s.test_fraction),
+                           val_fraction=float(s.val_fraction),
+                           test_networks=list(s.test_networks) if s.get("test_networks") else None)
+    log.info("split=%s seed=%d: %s %s", split_all.kind, split_all.seed, split_all.sizes(), split_all.info)
+    part_of = {}
+    for k in ("train", "val", "test"):
+        part_of.update(dict.fromkeys(records["record_id"].iloc[getattr(split_all, k)], k))
+    rows, skipped = [], []
+    for fcfg in feature_sets:
+        fs = fcfg["name"]
+        todo = [m for m in models if not (m["name"] in STATIC_ONLY and fs != "static")]
+        for m in models:
+            if m not in todo:
+                log.info("model=%s reads its own static features: not trained for features=%s", m["name"], fs)
+        if not todo:
+            continue
+        try:
+            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [])
+        except FeatureSetError as e:
+            if explicit:
+                raise
+            log.error("features=%s skipped: %s", fs, e)
+            skipped.append(f"{fs}: {e}")
+            continue
+        split = _restrict(split_all, table, part_of)
+        if len(split.test) == 0 or len(split.train) == 0:
+            raise WorkspaceError(
+                f"split={split.kind}: features={fs} leaves {split.sizes()} records in {ws.root}; measure more "
+                f"candidates per task (budget=...) or choose another split")
+        for mcfg in todo:
+            log.info("train model=%s features=%s split=%s (%s)", mcfg["name"], fs, split.kind, split.sizes())
+            rows.append(train_one(cfg, ws, mcfg, table, split))
+    if not rows:
+        raise WorkspaceError(f"no model was trained for {ws.root}: " + " | ".join(skipped))
+    aliases = tracking.update_aliases(cfg)
+    _print(rows, aliases, cfg)
+    out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
+    if "best" in aliases:
+        out["best"] = aliases["best"]
+    return out
+
+
+def _restrict(split, table, part_of: dict):
+    """The workspace-wide split, as row positions of `table` (records with these features)."""
+    from models.splits import Split
+
+    parts = table.frame["record_id"].map(part_of).to_numpy()
+    pos = {k: np.flatnonzero(parts == k) for k in ("train", "val", "test")}
+    return Split(split.kind, split.seed, pos["train"], pos["val"], pos["test"], split.info)
+
+
+def _print(rows: list[dict], aliases: dict, cfg) -> None:
+    import pandas as pd
+
+    df = pd.DataFrame(rows).drop(columns=["run_id"])
+    print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (test part; MLflow: "
+          f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")
+    print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for alias, what in aliases.items():
+        print(f"  models:/{tracking.registered_name(cfg)}@{alias} -> {what}")

@@ -1,0 +1,114 @@
+"""Real networks (pipeline.workloads.networks) split into MetaSchedule tasks.
+
+torch.export -> Relax -> the inference passes below -> `extract_tasks`: each fused
+operator that MetaSchedule would tune in this network becomes one Workload, with its
+weight = how many times the network calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+from pipeline.workloads import Workload
+from pipeline.workloads import networks as nets
+
+log = logging.getLogger(__name__)
+
+
+def network_options(cfg, name: str) -> dict:
+    """Per-network constructor options taken from the dataset config."""
+    if name == "bert_encoder":
+        layers = int(cfg.dataset.get("bert_layers", 12) or 12)
+        if layers < 1:
+            raise ValueError(f"dataset.bert_layers must be >= 1, got {layers}")
+        return {"layers": layers}
+    return {}
+
+
+def export(name: str, batch: int = 1, seed: int = 0, **options):
+    """The network as a Relax IRModule with its weights bound as constants."""
+    import torch
+    from torch.fx.experimental import optimization
+    from tvm.relax.frontend.torch import from_exported_program
+
+    model, example = nets.build(name, batch, seed, **options)
+    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        # Inference form: BatchNorm folded into the convolution before export, as deployed
+        # models are. Folding it later in Relax gives the same tasks but costs seconds of
+        # constant folding per network.
+        model = optimization.fuse(model)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
+        with torch.no_grad():
+            program = torch.export.export(model, example)
+        return from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+
+
+def fuse(mod):
+    """Lower to fused TIR PrimFuncs: the form `extract_tasks` splits into tasks."""
+    import tvm
+    from tvm import relax
+
+    T = relax.transform
+    passes = [
+        T.DecomposeOpsForInference(),
+        # Drop the tuples torch ops leave behind (max_pool2d's indices, ...): a tuple
+        # between two ops would stop FuseOps from fusing them.
+        T.CanonicalizeBindings(),
+        T.DeadCodeElimination(),
+        T.LegalizeOps(),
+        T.AnnotateTIROpPattern(),
+        T.FoldConstant(),
+        T.FuseOps(),
+        T.FuseTIR(),
+    ]
+    return tvm.transform.Sequential(passes)(mod)
+
+
+def as_main(mod):
+    """The task's module with its one PrimFunc named `main`, as MetaSchedule expects."""
+    import tvm
+    from tvm import tirx
+
+    if "main" in mod and isinstance(mod["main"], tirx.PrimFunc):
+        return mod
+    funcs = [(gv, f) for gv, f in mod.functions.items() if isinstance(f, tirx.PrimFunc)]
+    if len(funcs) != 1:
+        names = ", ".join(gv.name_hint for gv, _ in funcs)
+        raise ValueError(f"a task module must hold exactly one PrimFunc, got [{names}]")
+    return tvm.IRModule({"main": funcs[0][1].with_attr("global_symbol", "main")})
+
+
+def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **options) -> list[Workload]:
+    """One Workload per task of one network."""
+    from tvm.s_tir import meta_schedule as ms
+
+    mod = fuse(export(name, batch, seed, **options))
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    return [
+        Workload(name=str(t.task_name), mod=as_main(t.dispatched[0]), network=name, weight=int(t.weight), source="zoo",
+                 extra={"batch": batch, **options})
+        for t in tasks
+    ]
+
+
+def load(cfg, target) -> list[Workload]:
+    names = list(cfg.dataset.get("networks") or nets.NETWORKS)
+    unknown = [n for n in names if n not in nets.NETWORKS]
+    if unknown:
+        raise ValueError(f"dataset.networks: unknown network(s) {', '.join(map(repr, unknown))}; "
+                         f"valid: {', '.join(nets.NETWORKS)}")
+    batch = int(cfg.dataset.get("batch", 1))
+    if batch < 1:
+        raise ValueError(f"dataset.batch must be >= 1, got {batch}")
+    seed = int(cfg.get("seed", 0) or 0)
+    out = []
+    for name in names:
+        t0 = time.time()
+        found = network_workloads(name, target, batch, seed, **network_options(cfg, name))
+        log.info("zoo: %s (batch %d): %d tasks, %d calls in %.1f s", name, batch, len(found),
+                 sum(w.weight for w in found), time.time() - t0)
+        out.extend(found)
+    return out
