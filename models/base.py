@@ -1,0 +1,140 @@
+"""The interface every cost model implements, and the feature contract saved with it.
+
+A model is trained on a `TrainingTable` (one row per record, tabular feature columns and,
+for static features, the per-store rows of each record) and predicts one score per record,
+higher = predicted faster. `predict_frame` is the same prediction from a plain DataFrame
+(what the MLflow pyfunc wrapper and the tune stage hand in): one row per record for
+tabular models, one row per buffer store (with a `record_id` column) for store models.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass
+class FeatureSpec:
+    """What a trained model expects as input; stored with the model (features.json)."""
+
+    feature_set: str  # static | profiler | all
+    columns: list[str] = field(default_factory=list)  # record-level columns, in model order
+    store_columns: list[str] = field(default_factory=list)  # per-store columns (store models)
+    target_kind: str = "cpu"  # cpu | cuda: which profiler the profiler columns come from
+
+    @property
+    def input(self) -> str:
+        """`stores`: one input row per buffer store; `records`: one row per record."""
+        return "stores" if self.store_columns else "records"
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "input": self.input}, indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> "FeatureSpec":
+        d = json.loads(text)
+        d.pop("input", None)
+        return cls(**d)
+
+
+def split_frame(df: pd.DataFrame, spec: FeatureSpec) -> tuple[list, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """A pyfunc input frame -> (record ids in first-seen order, record matrix, store matrix, store offsets).
+
+    Missing columns are an error naming them, so a caller with the wrong feature set learns
+    it at once instead of getting silent garbage."""
+    need = ["record_id", *spec.columns, *spec.store_columns] if spec.store_columns else list(spec.columns)
+    missing = [c for c in need if c not in df.columns]
+    if missing:
+        raise KeyError(f"input frame lacks {len(missing)} feature column(s) the model was trained on "
+                       f"(feature set {spec.feature_set!r}), e.g. {missing[:5]}")
+    if not spec.store_columns:
+        ids = df["record_id"].tolist() if "record_id" in df.columns else list(range(len(df)))
+        return ids, df[spec.columns].to_numpy(dtype=np.float32, na_value=np.nan), None, None
+    codes, uniques = pd.factorize(df["record_id"], sort=False)
+    order = np.argsort(codes, kind="stable")
+    stores = df[spec.store_columns].to_numpy(dtype=np.float32, na_value=np.nan)[order]
+    counts = np.bincount(codes, minlength=len(uniques))
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    first = np.searchsorted(codes[order], np.arange(len(uniques)))
+    records = df[spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)[order][first] if spec.columns \
+        else np.zeros((len(uniques), 0), np.float32)
+    return list(uniques), records, stores, offsets
+
+
+class CostModel(ABC):
+    """A trainable cost model (see the module docstring)."""
+
+    name: str = ""
+    #: mlflow flavor module that logs `native()`: lightgbm | xgboost | pytorch
+    flavor: str = ""
+    #: True when scores estimate normalized throughput (regression), so RMSE/R² apply
+    calibrated: bool = True
+
+    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
+        self.params = dict(params)
+        self.spec = spec
+        self.seed = int(seed)
+        self.threads = int(threads)
+        self.info: dict = {}  # filled by fit: best iteration / epochs, curves
+
+    @abstractmethod
+    def fit(self, train, val) -> dict:
+        """Train on `train` (a TrainingTable), early-stop on `val` (may be empty); returns info."""
+
+    @abstractmethod
+    def predict(self, table) -> np.ndarray:
+        """One score per record of `table`, higher = faster."""
+
+    @abstractmethod
+    def predict_arrays(self, records: np.ndarray, stores: np.ndarray | None, offsets: np.ndarray | None) -> np.ndarray:
+        """Scores from raw matrices (record rows; store rows with offsets for store models)."""
+
+    def predict_frame(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Scores from a DataFrame (see the module docstring): columns record_id, score."""
+        ids, records, stores, offsets = split_frame(df, self.spec)
+        return pd.DataFrame({"record_id": ids, "score": self.predict_arrays(records, stores, offsets)})
+
+    @abstractmethod
+    def save(self, folder: Path) -> None:
+        """Everything `load` needs, in `folder` (features.json included)."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, folder: Path) -> "CostModel":
+        ...
+
+    @abstractmethod
+    def native(self):
+        """The library object the MLflow flavor logs (Booster, torch Module)."""
+
+    def importance(self) -> pd.Series | None:
+        """Feature importance by name (None where the model has none)."""
+        return None
+
+    def _save_common(self, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "features.json").write_text(self.spec.to_json())
+        (folder / "model.json").write_text(json.dumps(
+            {"name": self.name, "class": f"{type(self).__module__}.{type(self).__qualname__}",
+             "params": self.params, "seed": self.seed, "info": _plain(self.info)}, indent=2, default=str))
+
+    @staticmethod
+    def _load_common(folder: Path) -> tuple[dict, FeatureSpec]:
+        meta = json.loads((folder / "model.json").read_text())
+        spec = FeatureSpec.from_json((folder / "features.json").read_text())
+        return meta, spec
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj

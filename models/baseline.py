@@ -1,0 +1,146 @@
+"""The reference row: MetaSchedule's own XGBModel, trained and queried through its own API.
+
+It extracts its own features (PerStoreFeature) from the schedules, and learns through
+`update(context, candidates, results)` exactly as during tuning: one call per training task
+with that task's candidates and their measured run times. Its labels are its own
+(min cost / cost per task, from the run times we hand it), its training its own (pack-sum
+squared error, early stopping on its training RMSE). Two settings differ from tuning: no
+random warm-up predictions (`num_warmup_samples=0`; the whole training set is known) and a
+final retrain on all data (adaptive training would skip it when the last task is small).
+Predictions come from `predict(context, candidates)` on the test records.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from features import schema as S
+from models.base import CostModel, FeatureSpec
+from pipeline import database as D
+from pipeline.workspace import Workspace, read_table
+
+log = logging.getLogger(__name__)
+
+N_PER_STORE = 164  # PerStoreFeature's vector length with its default settings
+
+
+class MSXGBModel(CostModel):
+    name = "ms_xgb"
+    flavor = "xgboost"
+    calibrated = True
+
+    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
+        store_cols = spec.store_columns if len(spec.store_columns) == N_PER_STORE else \
+            [f"ms.per_store.{i}" for i in range(N_PER_STORE)]
+        super().__init__(params, FeatureSpec("static", [], store_cols, spec.target_kind), seed, threads)
+        self.ms_model = None
+        self.ws: Workspace | None = None
+        self._tasks = self._traces = self._workloads = None
+
+    def bind(self, ws: Workspace) -> "MSXGBModel":
+        """The workspace whose schedules (traces, workloads, targets) the records name."""
+        self.ws = ws
+        return self
+
+    # -- MetaSchedule objects for records
+
+    def _load_ws(self):
+        if self._tasks is not None:
+            return
+        if self.ws is None:
+            raise RuntimeError("ms_xgb needs the workspace: call bind(ws) before fit/predict")
+        self._tasks = read_table(self.ws.tasks, S.TASKS).set_index("task_id")
+        cands = read_table(self.ws.require(self.ws.candidates, "sample"), S.CANDIDATES)
+        self._traces = cands.dropna(subset=["trace_json"]).drop_duplicates("record_id").set_index("record_id")["trace_json"]
+        self._workloads = D.read_workload_lines(self.ws)
+
+    def _context_and_candidates(self, task_id: str, record_ids: list[str]):
+        from tvm.s_tir import meta_schedule as ms
+
+        from pipeline.targets import make_target
+
+        task = self._tasks.loc[task_id]
+        workload = ms.database.Workload.from_json(self._workloads[int(task["workload_index"])])
+        target = make_target(json.loads(task["target"]))
+        args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
+        ctx = ms.TuneContext(mod=workload.mod, target=target, task_name=str(task["name"]),
+                             num_threads=self.threads or os.cpu_count() or 1, rand_state=self.seed)
+        cands = []
+        for rid in record_ids:
+            trace = ms.database.TuningRecord.from_json([json.loads(self._traces[rid]), None, None, None], workload).trace
+            rec = ms.database.TuningRecord(trace, workload, None, target, args_info)
+            cands.append(rec.as_measure_candidate())
+        return ctx, cands
+
+    # -- training and prediction through MetaSchedule's API
+
+    def fit(self, train, val) -> dict:
+        from tvm.s_tir import meta_schedule as ms
+        from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
+
+        self._load_ws()
+        threads = self.threads or os.cpu_count() or 1
+        self.ms_model = ms.cost_model.XGBModel(
+            extractor=ms.feature_extractor.PerStoreFeature(),
+            config=XGBConfig(seed=self.seed, nthread=threads),
+            num_warmup_samples=0,
+            early_stopping_rounds=int(self.params.get("early_stopping_rounds", 50)),
+            adaptive_training=True,
+        )
+        groups = list(train.frame.groupby("task_id", sort=True))
+        for i, (tid, g) in enumerate(tqdm(groups, desc="ms_xgb update", unit="task", leave=False)):
+            ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
+            results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in g["mean_s"]]
+            if i == len(groups) - 1:
+                self.ms_model.adaptive_training = False  # the last update trains on everything
+            self.ms_model.update(ctx, cands, results)
+        self.info = {"tasks": len(groups), "data_size": int(self.ms_model.data_size),
+                     "boosted_rounds": int(self.ms_model.booster.num_boosted_rounds()) if self.ms_model.booster else 0}
+        return self.info
+
+    def predict(self, table) -> np.ndarray:
+        self._load_ws()
+        out = np.zeros(len(table), dtype=np.float64)
+        pos = pd.Series(np.arange(len(table)), index=table.frame["record_id"])
+        for tid, g in table.frame.groupby("task_id", sort=True):
+            ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
+            out[pos[g["record_id"]].to_numpy()] = self.ms_model.predict(ctx, cands)
+        return out
+
+    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
+        """Pack-sum prediction from PerStoreFeature rows: booster score per store, summed per record."""
+        import xgboost as xgb
+
+        if stores is None:
+            raise ValueError("ms_xgb reads per-store rows (PerStoreFeature): pass stores and offsets")
+        per_store = self.ms_model.booster.predict(xgb.DMatrix(stores.astype(np.float32)))
+        ids = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        return np.bincount(ids, weights=per_store, minlength=len(offsets) - 1).astype(np.float64)
+
+    def native(self):
+        return self.ms_model.booster
+
+    def save(self, folder: Path) -> None:
+        self._save_common(folder)
+        self.ms_model.booster.save_model(str(folder / "model.xgb.json"))
+        self.ms_model.save(str(folder / "ms_xgb_model.tar"))  # MetaSchedule's own format (+ its data)
+
+    @classmethod
+    def load(cls, folder: Path) -> "MSXGBModel":
+        from tvm.s_tir import meta_schedule as ms
+
+        folder = Path(folder)
+        meta, spec = cls._load_common(folder)
+        m = cls(meta["params"], spec, meta["seed"])
+        m.info = meta.get("info", {})
+        m.ms_model = ms.cost_model.XGBModel(num_warmup_samples=0)
+        m.ms_model.load(str(folder / "ms_xgb_model.tar"))
+        return m

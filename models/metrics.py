@@ -1,0 +1,177 @@
+"""Cost-model metrics, per task and aggregated (TenSet's and MetaSchedule's definitions).
+
+Every function takes arrays aligned by row: the task of each record, its label (normalized
+throughput = best latency of its task / its latency, so 1.0 is the best record of the task)
+and the model's score (higher = predicted faster). Scores of ranking models are not on the
+throughput scale: their RMSE and R² are reported as NaN (`calibrated=False`).
+
+Per task (then averaged over tasks with equal weight):
+  rmse, r2          on normalized throughput (calibrated models only)
+  spearman, kendall rank correlation of score and label (NaN for a task with constant labels)
+  pair_acc          fraction of record pairs with different labels that the score orders right
+  peak1, peak5      TenSet's peak score@k: best label among the k best-scored records / best label
+  recall32of128     the published ncu-feature convention: sample 128 records of a task, the fraction
+                    of the true top-32 found in the predicted top-32, averaged over `draws` samples;
+                    tasks with fewer than 128 records are skipped (NaN when no task qualifies)
+  recall25pct       the same idea for every task with at least 4 records: k = ceil(n/4) of all n
+Over groups of tasks (TenSet's weighted score, e.g. per held-out network):
+  top1_score, top5_score   sum(w * best latency) / sum(w * latency of the best of the top-k
+                    predicted), averaged over the groups; w = task weight (calls per network).
+                    A workspace without networks (the operator suite) is one group.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+TASK_METRICS = ("rmse", "r2", "spearman", "kendall", "pair_acc", "peak1", "peak5", "recall32of128", "recall25pct")
+GROUP_METRICS = ("top1_score", "top5_score")
+ALL_METRICS = TASK_METRICS + GROUP_METRICS
+
+
+def peak_score(labels: np.ndarray, scores: np.ndarray, k: int) -> float:
+    """Best label among the k best-scored records, divided by the best label."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if len(labels) == 0 or labels.max() <= 0:
+        return float("nan")
+    top = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")[:k]
+    return float(labels[top].max() / labels.max())
+
+
+def peak_curve(labels: np.ndarray, scores: np.ndarray, kmax: int) -> np.ndarray:
+    """peak_score for k = 1..kmax (the last value repeats once k exceeds the record count)."""
+    labels = np.asarray(labels, dtype=np.float64)
+    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    best = np.maximum.accumulate(labels[order]) / labels.max()
+    out = np.full(kmax, best[-1])
+    out[: min(kmax, len(best))] = best[:kmax]
+    return out
+
+
+def pairwise_accuracy(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Fraction of pairs with different labels whose scores are ordered the same way (ties = 0.5)."""
+    y = np.asarray(labels, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    dy = np.sign(y[:, None] - y[None, :])
+    ds = np.sign(s[:, None] - s[None, :])
+    mask = np.triu(dy != 0, 1)
+    n = mask.sum()
+    if n == 0:
+        return float("nan")
+    agree = (dy == ds)[mask].sum() + 0.5 * (ds == 0)[mask].sum()
+    return float(agree / n)
+
+
+def topk_recall(labels: np.ndarray, scores: np.ndarray, k: int) -> float:
+    """Fraction of the true top-k records that are in the predicted top-k."""
+    true_top = set(np.argsort(-np.asarray(labels), kind="stable")[:k])
+    pred_top = set(np.argsort(-np.asarray(scores), kind="stable")[:k])
+    return len(true_top & pred_top) / k
+
+
+def sampled_topk_recall(labels, scores, sample: int = 128, k: int = 32, draws: int = 10, seed: int = 0) -> float:
+    """topk_recall on `draws` random subsets of `sample` records; NaN when there are fewer records."""
+    labels, scores = np.asarray(labels), np.asarray(scores)
+    if len(labels) < sample:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    vals = []
+    for _ in range(draws):
+        idx = rng.choice(len(labels), size=sample, replace=False)
+        vals.append(topk_recall(labels[idx], scores[idx], k))
+    return float(np.mean(vals))
+
+
+def _corr(fn, y, s) -> float:
+    if len(y) < 2 or np.ptp(y) == 0 or np.ptp(s) == 0:
+        return float("nan")
+    return float(fn(y, s).statistic)
+
+
+def task_metrics(labels: np.ndarray, scores: np.ndarray, calibrated: bool = True, seed: int = 0) -> dict[str, float]:
+    """Every per-task metric for one task's records."""
+    y = np.asarray(labels, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    out = {}
+    if calibrated:
+        err = s - y
+        out["rmse"] = float(np.sqrt(np.mean(err**2)))
+        ss = np.sum((y - y.mean()) ** 2)
+        out["r2"] = float(1.0 - np.sum(err**2) / ss) if ss > 0 else float("nan")
+    else:
+        out["rmse"] = out["r2"] = float("nan")
+    out["spearman"] = _corr(stats.spearmanr, y, s)
+    out["kendall"] = _corr(stats.kendalltau, y, s)
+    out["pair_acc"] = pairwise_accuracy(y, s)
+    out["peak1"] = peak_score(y, s, 1)
+    out["peak5"] = peak_score(y, s, 5)
+    out["recall32of128"] = sampled_topk_recall(y, s, seed=seed)
+    out["recall25pct"] = topk_recall(y, s, math.ceil(len(y) / 4)) if len(y) >= 4 else float("nan")
+    return out
+
+
+def weighted_topk_score(frame: pd.DataFrame, k: int) -> float:
+    """TenSet's score for one group of tasks: sum(w*best latency) / sum(w*latency at top-k).
+
+    `frame` has columns task_id, mean_s, score, weight; the best latency of a task is the
+    best among the evaluated records, the latency at top-k the best among its k best-scored."""
+    best = achieved = 0.0
+    for _, g in frame.groupby("task_id", sort=False):
+        w = float(g["weight"].iloc[0])
+        lat = g["mean_s"].to_numpy(dtype=np.float64)
+        top = np.argsort(-g["score"].to_numpy(dtype=np.float64), kind="stable")[:k]
+        achieved += w * lat[top].min()
+        best += w * lat.min()
+    return best / achieved if achieved > 0 else float("nan")
+
+
+@dataclass
+class Evaluation:
+    """Metrics of one model on one set of records."""
+
+    per_task: pd.DataFrame  # one row per task: task_id, n, every TASK_METRIC
+    per_group: pd.DataFrame  # one row per group (network): group, n_tasks, top1_score, top5_score
+    summary: dict[str, float]  # mean over tasks / groups, plus counts
+
+    def prefixed(self, prefix: str) -> dict[str, float]:
+        return {f"{prefix}_{k}": v for k, v in self.summary.items()}
+
+
+def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, seed: int = 0) -> Evaluation:
+    """Metrics for the records of `frame` (columns task_id, label, mean_s, weight, group).
+
+    `label` is the training label (normalized over all of a task's records in the workspace),
+    so RMSE and R² compare like with like; peak scores and weighted top-k scores divide by the
+    best record among the evaluated ones, as TenSet's do. `group` names the set of tasks a
+    weighted top-k score is taken over (the network; one group where there are no networks)."""
+    if len(frame) != len(scores):
+        raise ValueError(f"{len(scores)} scores for {len(frame)} records")
+    df = frame[["task_id", "label", "mean_s", "weight", "group"]].copy()
+    df["score"] = np.asarray(scores, dtype=np.float64)
+    rows = []
+    for tid, g in df.groupby("task_id", sort=True):
+        m = task_metrics(g["label"].to_numpy(), g["score"].to_numpy(), calibrated=calibrated, seed=seed)
+        rows.append({"task_id": tid, "n": len(g), **m})
+    per_task = pd.DataFrame(rows, columns=["task_id", "n", *TASK_METRICS])
+    grows = []
+    for name, g in df.groupby("group", sort=True):
+        grows.append({"group": name, "n_tasks": g["task_id"].nunique(),
+                      "top1_score": weighted_topk_score(g, 1), "top5_score": weighted_topk_score(g, 5)})
+    per_group = pd.DataFrame(grows, columns=["group", "n_tasks", *GROUP_METRICS])
+    summary = {m: _nanmean(per_task[m]) for m in TASK_METRICS}
+    summary.update({m: _nanmean(per_group[m]) for m in GROUP_METRICS})
+    summary["n_records"] = float(len(df))
+    summary["n_tasks"] = float(len(per_task))
+    summary["n_tasks_recall32of128"] = float(per_task["recall32of128"].notna().sum())
+    return Evaluation(per_task, per_group, summary)
+
+
+def _nanmean(col: pd.Series) -> float:
+    vals = col.to_numpy(dtype=np.float64)
+    vals = vals[~np.isnan(vals)]
+    return float(vals.mean()) if len(vals) else float("nan")

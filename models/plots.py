@@ -1,0 +1,96 @@
+"""Figures logged with every run (PNG, matplotlib without a display)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from models.metrics import peak_curve  # noqa: E402
+
+
+def predicted_vs_measured(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    codes = pd.factorize(frame["task_id"])[0]
+    ax.scatter(frame["label"], scores, c=codes, cmap="tab20", s=10, alpha=0.7)
+    ax.set_xlabel("measured normalized throughput (best of task = 1)")
+    ax.set_ylabel("predicted score")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def topk_curve(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path, kmax: int = 32) -> Path:
+    """Mean over tasks of peak score@k (best true throughput among the top-k predicted)."""
+    curves = [peak_curve(g["label"].to_numpy(), scores[g.index.to_numpy()], kmax)
+              for _, g in frame.reset_index(drop=True).groupby("task_id")]
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ks = np.arange(1, kmax + 1)
+    if curves:
+        ax.plot(ks, np.mean(curves, axis=0), marker=".")
+    ax.set_xlabel("k (records measured, in predicted order)")
+    ax.set_ylabel("peak score@k (mean over tasks)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def importance(imp: pd.Series, title: str, path: Path, top: int = 30) -> Path:
+    s = imp.head(top)[::-1]
+    fig, ax = plt.subplots(figsize=(7, 0.25 * len(s) + 1.2))
+    ax.barh(s.index, s.values)
+    ax.set_xlabel("total gain")
+    ax.set_title(title, fontsize=9)
+    ax.tick_params(axis="y", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def training_curve(info: dict, title: str, path: Path) -> Path | None:
+    series = {k: v for k, v in info.items() if k in ("train_loss", "val_loss") and v}
+    series.update({f"val {k}": v for k, v in info.get("val_curve", {}).items() if v})
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for k, v in series.items():
+        ax.plot(np.arange(1, len(v) + 1), v, label=k)
+    ax.set_xlabel("epoch / boosting round")
+    ax.legend()
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def compare_chart(table: pd.DataFrame, metrics: list[str], path: Path) -> Path:
+    """Grouped bars: one group per run (model/features/split), one bar per metric."""
+    labels = table["run"].tolist()
+    cols = [m for m in metrics if m in table.columns]
+    x = np.arange(len(labels))
+    w = 0.8 / max(len(cols), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 4.5))
+    for i, m in enumerate(cols):
+        ax.bar(x + i * w - 0.4 + w / 2, table[m].astype(float).fillna(0).to_numpy(), w, label=m)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=7, ncol=min(len(cols), 4))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,121 @@
+"""Train / validation / test splits of a training table (TenSet's three kinds).
+
+  within_task  random records of every task (the model has seen the task: online tuning)
+  by_task      held-out tasks (a new operator or shape)
+  by_network   held-out networks: every task of a test network is held out (TenSet's
+               main evaluation); a workspace without networks cannot be split this way
+
+The validation part (early stopping) is cut from the training pool by the same unit as the
+test part (records, tasks, tasks) when the pool has enough units, else by records. A split
+is a pure function of the table, the kind, the fractions and the seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("within_task", "by_task", "by_network")
+
+
+class SplitError(ValueError):
+    """The workspace cannot be split as asked; the message says what to use instead."""
+
+
+@dataclass
+class Split:
+    kind: str
+    seed: int
+    train: np.ndarray  # row positions in the table
+    val: np.ndarray
+    test: np.ndarray
+    info: dict = field(default_factory=dict)  # held-out tasks / networks, how val was cut
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
+
+
+def _count(n: int, fraction: float) -> int:
+    return int(round(n * fraction))
+
+
+def _by_records(task_ids: np.ndarray, rows: np.ndarray, fraction: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Cut `fraction` of each task's records (at least one of a task with 3 or more) off `rows`."""
+    keep, cut = [], []
+    for tid in np.unique(task_ids[rows]):
+        r = rows[task_ids[rows] == tid]
+        r = r[rng.permutation(len(r))]
+        n = _count(len(r), fraction)
+        if len(r) >= 3:
+            n = min(max(n, 1), len(r) - 2)
+        else:
+            n = 0
+        cut.append(r[:n])
+        keep.append(r[n:])
+    return np.sort(np.concatenate(keep)) if keep else rows[:0], np.sort(np.concatenate(cut)) if cut else rows[:0]
+
+
+def _by_units(units: np.ndarray, rows: np.ndarray, fraction: float, rng, min_left: int) -> tuple[np.ndarray, np.ndarray, list]:
+    """Cut whole units (tasks or networks) worth `fraction` of the units off `rows`."""
+    names = np.array(sorted(set(units[rows].tolist())), dtype=object)
+    n = min(max(_count(len(names), fraction), 1), len(names) - min_left)
+    held = sorted(names[rng.permutation(len(names))[:n]].tolist())
+    mask = np.isin(units[rows], held)
+    return rows[~mask], rows[mask], held
+
+
+def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: float = 0.2,
+               val_fraction: float = 0.2, test_networks: list[str] | None = None) -> Split:
+    """Split the records of `frame` (columns task_id, network) into train/val/test positions."""
+    if kind not in KINDS:
+        raise SplitError(f"split={kind!r} is not a split; valid: {', '.join(KINDS)}")
+    rng = np.random.default_rng(seed)
+    tasks = frame["task_id"].to_numpy(dtype=object)
+    rows = np.arange(len(frame))
+    info: dict = {}
+    n_tasks = len(set(tasks.tolist()))
+    if kind == "within_task":
+        pool, test = _by_records(tasks, rows, test_fraction, rng)
+        train, val = _by_records(tasks, pool, val_fraction, rng)
+        info["val_unit"] = "records"
+        return Split(kind, seed, train, val, test, info)
+
+    if kind == "by_task":
+        if n_tasks < 2:
+            raise SplitError(f"split=by_task needs at least 2 tasks with measurements; this workspace has "
+                             f"{n_tasks}: use split=within_task")
+        pool, test, held = _by_units(tasks, rows, test_fraction, rng, min_left=1)
+        info["test_tasks"] = held
+    else:
+        nets = frame["network"].fillna("").to_numpy(dtype=object)
+        names = sorted({n for n in nets.tolist() if n})
+        if not names:
+            raise SplitError("split=by_network: no networks in this workspace (every task is a standalone "
+                             "operator), use split=by_task")
+        if test_networks:
+            unknown = sorted(set(test_networks) - set(names))
+            if unknown:
+                raise SplitError(f"split.test_networks names {unknown}, not in this workspace; its networks: {names}")
+            held = sorted(test_networks)
+        else:
+            if len(names) < 2:
+                raise SplitError(f"split=by_network needs at least 2 networks; this workspace has {names}: "
+                                 f"use split=by_task")
+            named = rows[nets != ""]
+            _, _, held = _by_units(nets, named, test_fraction, rng, min_left=1)
+        mask = np.isin(nets, held)
+        pool, test = rows[~mask], rows[mask]
+        if len(pool) == 0:
+            raise SplitError(f"split=by_network: holding out {held} leaves no training records")
+        info["test_networks"] = held
+        info["test_tasks"] = sorted(set(tasks[test].tolist()))
+    if len(set(tasks[pool].tolist())) >= 3:
+        train, val, vheld = _by_units(tasks, pool, val_fraction, rng, min_left=1)
+        info["val_unit"] = "tasks"
+        info["val_tasks"] = vheld
+    else:
+        train, val = _by_records(tasks, pool, val_fraction, rng)
+        info["val_unit"] = "records"
+    return Split(kind, seed, np.sort(train), np.sort(val), np.sort(test), info)

@@ -1,0 +1,233 @@
+"""Training tables: successful measurements joined with features, labelled as TenSet does.
+
+label = normalized throughput = (best mean latency of the record's task) / (its mean latency),
+so every task's best record has label 1.0 and labels are comparable across tasks.
+
+Feature sets (`features=`):
+  static    MetaSchedule's PerStoreFeature: the per-store rows of each record (store models:
+            the segment-sum MLP) and their program-level aggregate (tabular models: GBDT)
+  profiler  per-record profiler counters: CPU counters on a cpu target, Nsight Compute
+            metrics on a cuda target
+  all       both: static aggregate + profiler columns, and the per-store rows
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from features import schema as S
+from models.base import FeatureSpec
+from pipeline.workspace import Workspace, WorkspaceError, read_table
+
+log = logging.getLogger(__name__)
+
+FEATURE_SETS = ("static", "profiler", "all")
+
+
+class FeatureSetError(WorkspaceError):
+    """A feature set has no usable rows or columns in this workspace."""
+
+
+@dataclass
+class TrainingTable:
+    """One row per record (`frame`), plus the per-store rows of each record for static sets."""
+
+    workspace: str
+    frame: pd.DataFrame  # record_id, task_id, name, network, group, weight, mean_s, label, <columns>
+    spec: FeatureSpec
+    groups: dict[str, list[str]] = field(default_factory=dict)  # "static"/"profiler" -> tabular columns
+    stores: np.ndarray | None = None  # float32 [n_store_rows, len(spec.store_columns)]
+    offsets: np.ndarray | None = None  # int64 [len(frame) + 1]: stores of record i = stores[o[i]:o[i+1]]
+    notes: dict = field(default_factory=dict)  # what was dropped and why (logged with the run)
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def records(self) -> np.ndarray:
+        """The record-level feature matrix (float32, NaN where a counter is missing)."""
+        return self.frame[self.spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.frame["label"].to_numpy(dtype=np.float64)
+
+    @property
+    def task_codes(self) -> np.ndarray:
+        return pd.factorize(self.frame["task_id"], sort=True)[0]
+
+    def take(self, rows: np.ndarray) -> "TrainingTable":
+        """The records at positions `rows` (stores re-packed to match)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        frame = self.frame.iloc[rows].reset_index(drop=True)
+        if self.stores is None:
+            return replace(self, frame=frame)
+        idx, _ = gather_segments(self.offsets, rows)
+        counts = self.offsets[rows + 1] - self.offsets[rows]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return replace(self, frame=frame, stores=self.stores[idx], offsets=offsets)
+
+    def store_frame(self) -> pd.DataFrame:
+        """The pyfunc input form: one row per store (record_id, record columns, store columns)."""
+        if self.stores is None:
+            return self.frame[["record_id", *self.spec.columns]].copy()
+        counts = np.diff(self.offsets)
+        rep = np.repeat(np.arange(len(self.frame)), counts)
+        out = self.frame.iloc[rep][["record_id", *self.spec.columns]].reset_index(drop=True)
+        return pd.concat([out, pd.DataFrame(self.stores, columns=self.spec.store_columns)], axis=1)
+
+
+def gather_segments(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Store-row indices of records `rows` and, for each, its position in `rows` (segment id)."""
+    starts, ends = offsets[rows], offsets[rows + 1]
+    counts = ends - starts
+    seg = np.repeat(np.arange(len(rows)), counts)
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(rows) else np.zeros(0, np.int64)
+    idx = np.repeat(starts, counts) + (np.arange(counts.sum()) - np.repeat(first, counts))
+    return idx.astype(np.int64), seg.astype(np.int64)
+
+
+# ----------------------------------------------------------------------------- labels
+
+
+def successful_measurements(ws: Workspace) -> pd.DataFrame:
+    """Measurements without an error, with a positive latency and not found incorrect."""
+    meas = read_table(ws.require(ws.measurements, "measure"), S.MEASUREMENTS)
+    if meas.empty:
+        raise WorkspaceError(f"{ws.measurements} has no rows: run `python -m pipeline stage=measure` first.")
+    ok = meas["error"].isna() & np.isfinite(meas["mean_s"].astype(float)) & (meas["mean_s"].astype(float) > 0)
+    if "correct" in meas.columns:
+        ok &= meas["correct"].astype("boolean").fillna(True).astype(bool)
+    good = meas[ok]
+    if good.empty:
+        errs = meas["error"].dropna()
+        first = errs.iloc[0] if len(errs) else "latency not positive or output incorrect"
+        raise WorkspaceError(f"{ws.measurements}: none of {len(meas)} measurements succeeded (first error: "
+                             f"{first}); fix the build/run problem and re-run stage=replay/measure with force=true.")
+    # A record measured twice (a re-run with force) keeps its last row.
+    return good.drop_duplicates("record_id", keep="last").reset_index(drop=True)
+
+
+def labelled_records(ws: Workspace) -> pd.DataFrame:
+    """record_id, task_id, name, network, group, weight, mean_s, label for every good record."""
+    tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
+    meas = successful_measurements(ws)[["record_id", "task_id", "mean_s"]]
+    meas = meas.assign(mean_s=meas["mean_s"].astype(np.float64))
+    meas["label"] = meas.groupby("task_id")["mean_s"].transform("min") / meas["mean_s"]
+    t = tasks[["task_id", "name", "network", "weight"]].copy()
+    t["network"] = t["network"].fillna("")
+    t["weight"] = t["weight"].fillna(1).astype(np.int64)
+    df = meas.merge(t, on="task_id", how="left")
+    df["network"] = df["network"].fillna("")
+    df["weight"] = df["weight"].fillna(1).astype(np.int64)
+    df["group"] = np.where(df["network"] != "", df["network"], "all")
+    return df.sort_values(["task_id", "record_id"]).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- features
+
+
+@dataclass
+class StaticFeatures:
+    program: pd.DataFrame  # record_id + aggregate columns
+    stores: pd.DataFrame  # record_id, store index column + store columns
+
+
+def target_kind(ws: Workspace) -> str:
+    """cpu or cuda, from the workspace's task table (the target each task was built for)."""
+    import json
+
+    tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
+    kinds = {json.loads(t).get("kind", "llvm") for t in tasks["target"].dropna()}
+    return "cuda" if "cuda" in kinds else "cpu"
+
+
+def load_static(ws: Workspace) -> StaticFeatures:
+    raise NotImplementedError  # filled in below once features/schema.py names the tables
+
+
+def load_profiler(ws: Workspace, kind: str) -> tuple[pd.DataFrame, dict]:
+    raise NotImplementedError
+
+
+def _usable_columns(df: pd.DataFrame, exclude: list[str]) -> tuple[list[str], dict]:
+    """Numeric feature columns that have at least one value and are not excluded by pattern."""
+    dropped = {}
+    cols = []
+    pats = [re.compile(p) for p in exclude]
+    for c in df.columns:
+        if c == "record_id" or not pd.api.types.is_numeric_dtype(df[c]):
+            continue
+        if any(p.search(c) for p in pats):
+            dropped[c] = "excluded by features.exclude"
+            continue
+        if df[c].isna().all():
+            dropped[c] = "no value in any record"
+            continue
+        cols.append(c)
+    return cols, dropped
+
+
+def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = None) -> TrainingTable:
+    """The training table of a workspace for one feature set (see the module docstring)."""
+    if feature_set not in FEATURE_SETS:
+        raise FeatureSetError(f"features={feature_set!r} is not a feature set; valid: {', '.join(FEATURE_SETS)}")
+    exclude = list(exclude or [])
+    recs = labelled_records(ws)
+    kind = target_kind(ws)
+    notes: dict = {"records_measured": len(recs)}
+    groups: dict[str, list[str]] = {}
+    frame = recs
+    stores_df = None
+    if feature_set in ("static", "all"):
+        st = load_static(ws)
+        cols, dropped = _usable_columns(st.program, exclude)
+        groups["static"] = [f"static.{c}" for c in cols]
+        prog = st.program[["record_id", *cols]].rename(columns={c: f"static.{c}" for c in cols})
+        frame = frame.merge(prog, on="record_id", how="inner")
+        stores_df = st.stores
+        notes["static_dropped"] = dropped
+    if feature_set in ("profiler", "all"):
+        prof, reasons = load_profiler(ws, kind)
+        cols, dropped = _usable_columns(prof, exclude)
+        dropped.update({c: reasons.get(c, r) for c, r in dropped.items()})
+        if prof.empty or not cols:
+            why = "; ".join(f"{c}: {r}" for c, r in list(dropped.items())[:8]) or "no rows"
+            raise FeatureSetError(
+                f"features={feature_set}: the {kind} profiler table of {ws.root} has no usable counter "
+                f"({len(prof)} rows; {why}). Run `python -m pipeline stage=collect` on a machine where the "
+                f"profiler works, or use features=static.")
+        groups["profiler"] = [f"profiler.{c}" for c in cols]
+        frame = frame.merge(prof[["record_id", *cols]].rename(columns={c: f"profiler.{c}" for c in cols}),
+                            on="record_id", how="inner")
+        notes["profiler_dropped"] = dropped
+    notes["records_without_features"] = int(len(recs) - len(frame))
+    if frame.empty:
+        raise FeatureSetError(
+            f"features={feature_set}: none of the {len(recs)} measured records of {ws.root} has {feature_set} "
+            f"features: run `python -m pipeline stage=collect` (force=true to redo it).")
+    if notes["records_without_features"]:
+        log.warning("features=%s: %d measured records have no features and are left out",
+                    feature_set, notes["records_without_features"])
+    frame = frame.sort_values(["task_id", "record_id"]).reset_index(drop=True)
+    columns = [c for g in ("static", "profiler") for c in groups.get(g, [])]
+    store_columns: list[str] = []
+    stores = offsets = None
+    if stores_df is not None:
+        store_columns = [c for c in stores_df.columns if c not in ("record_id", STORE_INDEX)]
+        sd = stores_df[stores_df["record_id"].isin(frame["record_id"])]
+        sd = sd.assign(_pos=sd["record_id"].map(pd.Series(np.arange(len(frame)), index=frame["record_id"])))
+        sd = sd.sort_values(["_pos", STORE_INDEX], kind="stable")
+        stores = sd[store_columns].to_numpy(dtype=np.float32, na_value=np.nan)
+        counts = np.bincount(sd["_pos"].to_numpy(), minlength=len(frame))
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    spec = FeatureSpec(feature_set=feature_set, columns=columns, store_columns=store_columns, target_kind=kind)
+    return TrainingTable(ws.name, frame, spec, groups, stores, offsets, notes)
+
+
+STORE_INDEX = "store_index"

@@ -1,0 +1,260 @@
+"""MLflow: one run per (model, features, split), a registered model with aliases.
+
+Tracking store: `mlflow.tracking_uri`, by default `sqlite:///<project root>/mlflow.db`
+(`mlflow ui --backend-store-uri sqlite:///mlflow.db` from the project root shows it); the
+artifacts of an experiment go to `mlruns/` next to the database file. Experiment = the
+workspace name; runs carry the workspace path as a tag, so two workspaces of the same name
+under different `paths.data` stay apart in `stage=compare`.
+
+Each run logs: the flattened Hydra config as params (plus the effective model config under
+`model.*`, the split's seed and held-out units), every metric of models.metrics for the
+validation and test parts (`val_*`, `test_*`), training time and prediction rate, the
+per-task and per-group metric tables, the model twice (its library's flavor under `native`,
+the pyfunc wrapper under `model`), features.json, and plots.
+
+Registered model `mlflow.registered_model` (default `<workspace>-cost-model`): after each
+training, the run with the highest `mlflow.best_metric` (default test_top1_score, ties
+broken by test_peak5 then test_pair_acc) among this workspace's runs gets alias `best`, and
+the best run of each feature set gets `best-<features>` (the tune stage, which can compute
+only static features for unmeasured candidates, asks for `best-static`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+TIEBREAK = ("test_peak5", "test_pair_acc")
+
+
+def tracking_uri(cfg) -> str:
+    uri = cfg.get("mlflow", {}).get("tracking_uri") if cfg is not None else None
+    return str(uri) if uri else f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+
+
+def artifact_root(uri: str) -> Path:
+    """`mlruns/` next to a sqlite database; the project's `mlruns/` otherwise."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///"):]).resolve().parent / "mlruns"
+    return PROJECT_ROOT / "mlruns"
+
+
+def experiment_name(cfg) -> str:
+    return str(cfg.mlflow.get("experiment") or cfg.workspace)
+
+
+def registered_name(cfg) -> str:
+    return str(cfg.mlflow.get("registered_model") or f"{cfg.workspace}-cost-model")
+
+
+def setup(cfg) -> str:
+    """Point MLflow at the store; create the experiment if needed; returns its id."""
+    import mlflow
+
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    name = experiment_name(cfg)
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is None:
+        root = artifact_root(uri) / name
+        root.mkdir(parents=True, exist_ok=True)
+        return mlflow.create_experiment(name, artifact_location=root.as_uri())
+    return exp.experiment_id
+
+
+def flatten(obj, prefix: str = "") -> dict[str, str]:
+    """Nested config -> {"a.b.c": "value"} (lists as JSON), MLflow's param limits respected."""
+    out = {}
+    if isinstance(obj, DictConfig):
+        obj = OmegaConf.to_container(obj, resolve=True)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        return out
+    text = json.dumps(obj) if isinstance(obj, (list, tuple)) else str(obj)
+    return {prefix[:-1][:250]: text[:6000]}
+
+
+def _pins(*packages: str) -> list[str]:
+    pins = []
+    for p in packages:
+        try:
+            pins.append(f"{p}=={metadata.version(p)}")
+        except metadata.PackageNotFoundError:
+            pass
+    return pins
+
+
+REQUIREMENTS = {
+    "lightgbm": ("lightgbm",),
+    "xgboost": ("xgboost",),
+    "pytorch": ("torch",),
+}
+
+
+def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict) -> str:
+    """Log one trained model and its evaluation as an MLflow run; returns the run id."""
+    import mlflow
+
+    from models import plots
+    from models.pyfunc import CostModelPyfunc
+
+    exp_id = setup(cfg)
+    fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
+    run_name = f"{model.name}-{fs}-{split.kind}"
+    tags = {"model": model.name, "features": fs, "split": split.kind, "workspace": cfg.workspace,
+            "workspace_path": str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace)),
+            "input": model.spec.input, "calibrated": str(model.calibrated), "flavor": model.flavor,
+            "target_kind": table.spec.target_kind}
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
+        params = flatten(cfg)
+        params.update({f"model.{k}": v for k, v in flatten(model_cfg).items()})
+        params.update({"split.seed_used": str(split.seed), "split.sizes": json.dumps(split.sizes()),
+                       "split.info": json.dumps(split.info)[:6000], "features.set": fs,
+                       "features.n_columns": str(len(model.spec.columns)),
+                       "features.n_store_columns": str(len(model.spec.store_columns))})
+        # log_params accepts at most 100 per call
+        items = sorted(params.items())
+        for i in range(0, len(items), 100):
+            mlflow.log_params(dict(items[i : i + 100]))
+        metrics = {}
+        for part, ev in evals.items():
+            metrics.update(ev.prefixed(part))
+        metrics.update(timing)
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            for part, ev in evals.items():
+                ev.per_task.to_csv(tmp / f"{part}_per_task.csv", index=False)
+                ev.per_group.to_csv(tmp / f"{part}_per_group.csv", index=False)
+            (tmp / "split.json").write_text(json.dumps({"kind": split.kind, "seed": split.seed, **split.sizes(),
+                                                        **split.info}, indent=2))
+            (tmp / "features.json").write_text(model.spec.to_json())
+            (tmp / "table_notes.json").write_text(json.dumps(table.notes, indent=2, default=str))
+            (tmp / "training_info.json").write_text(json.dumps(model.info, indent=2, default=str))
+            figs = tmp / "plots"
+            figs.mkdir()
+            test_frame, test_scores = predictions["test"]
+            if len(test_frame):
+                plots.predicted_vs_measured(test_frame, test_scores, f"{run_name}: test", figs / "predicted_vs_measured.png")
+                plots.topk_curve(test_frame, test_scores, f"{run_name}: test", figs / "topk_curve.png")
+            imp = model.importance()
+            if imp is not None and len(imp):
+                plots.importance(imp, f"{run_name}: feature importance", figs / "feature_importance.png")
+                imp.rename("gain").to_csv(tmp / "feature_importance.csv")
+            plots.training_curve(model.info, f"{run_name}: training", figs / "training_curve.png")
+            mlflow.log_artifacts(str(tmp))
+            saved = tmp / "saved_model"
+            model.save(saved)
+            _log_models(model, saved, table)
+        return run.info.run_id
+
+
+def _log_models(model, saved: Path, table) -> None:
+    import mlflow
+    from mlflow.models import infer_signature
+
+    from models.pyfunc import CostModelPyfunc
+
+    base = _pins("mlflow", "numpy", "pandas")
+    flavor_pins = list(_pins(*REQUIREMENTS.get(model.flavor, ())))
+    if model.flavor == "lightgbm":
+        mlflow.lightgbm.log_model(model.native(), name="native", pip_requirements=base + flavor_pins)
+    elif model.flavor == "xgboost":
+        mlflow.xgboost.log_model(model.native(), name="native", model_format="json", pip_requirements=base + flavor_pins)
+    elif model.flavor == "pytorch":
+        mlflow.pytorch.log_model(model.native(), name="native", pip_requirements=base + flavor_pins)
+    example = table.take(np.arange(min(len(table), 4))).store_frame()
+    example = example[["record_id", *model.spec.columns, *model.spec.store_columns]]
+    extra = _pins("apache-tvm", "apache-tvm-ffi") if model.name == "ms_xgb" else []
+    info = mlflow.pyfunc.log_model(
+        name="model", python_model=CostModelPyfunc(), artifacts={"model": str(saved)},
+        pip_requirements=base + flavor_pins + extra + _pins("tensor-cost-pipeline"),
+        signature=infer_signature(example, model.predict_frame(example)),
+        metadata={"feature_set": model.spec.feature_set, "input": model.spec.input, "columns": model.spec.columns,
+                  "store_columns": model.spec.store_columns, "target_kind": model.spec.target_kind,
+                  "calibrated": model.calibrated},
+    )
+    mlflow.set_tag("pyfunc_model_uri", info.model_uri)
+
+
+def workspace_runs(cfg) -> pd.DataFrame:
+    """Every finished run of this workspace (its experiment, filtered by workspace path)."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri(cfg))
+    path = str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+    exp = mlflow.get_experiment_by_name(experiment_name(cfg))
+    if exp is None:
+        return pd.DataFrame()
+    runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
+                              output_format="pandas", max_results=50000)
+    if runs.empty or "tags.workspace_path" not in runs.columns:
+        return pd.DataFrame()
+    return runs[runs["tags.workspace_path"] == path].reset_index(drop=True)
+
+
+def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
+    """The newest run of each (model, features, split)."""
+    if runs.empty:
+        return runs
+    keys = ["tags.model", "tags.features", "tags.split"]
+    return runs.sort_values("start_time", ascending=False).drop_duplicates(keys).reset_index(drop=True)
+
+
+def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    cols = [f"metrics.{m}" for m in (metric, *TIEBREAK) if f"metrics.{m}" in runs.columns]
+    if not cols or f"metrics.{metric}" not in runs.columns:
+        return runs.iloc[0:0]
+    r = runs.dropna(subset=[f"metrics.{metric}"])
+    return r.sort_values(cols + ["start_time"], ascending=[False] * len(cols) + [False])
+
+
+def update_aliases(cfg) -> dict[str, str]:
+    """Register the best run (overall and per feature set) and point the aliases at it."""
+    from mlflow import MlflowClient
+    import mlflow
+
+    metric = str(cfg.mlflow.get("best_metric") or "test_top1_score")
+    runs = latest_per_config(workspace_runs(cfg))
+    if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
+        return {}
+    runs = runs.dropna(subset=["tags.pyfunc_model_uri"])
+    name = registered_name(cfg)
+    client = MlflowClient()
+    chosen = {}
+    ranked = rank_runs(runs, metric)
+    if ranked.empty:
+        log.warning("no run has metric %s: no alias set (mlflow.best_metric)", metric)
+        return {}
+    chosen["best"] = ranked.iloc[0]
+    for fs, g in ranked.groupby("tags.features", sort=True):
+        chosen[f"best-{fs}"] = g.iloc[0]
+    versions = {}
+    out = {}
+    for alias, row in chosen.items():
+        rid = row["run_id"]
+        if rid not in versions:
+            existing = client.search_model_versions(f"name = '{name}' and run_id = '{rid}'")
+            if existing:
+                versions[rid] = existing[0].version
+            else:
+                mv = mlflow.register_model(row["tags.pyfunc_model_uri"], name,
+                                           tags={"model": row["tags.model"], "features": row["tags.features"],
+                                                 "split": row["tags.split"], metric: str(row[f"metrics.{metric}"])})
+                versions[rid] = mv.version
+        client.set_registered_model_alias(name, alias, versions[rid])
+        out[alias] = f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']} (v{versions[rid]})"
+    client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
+                                                     f"{metric} (ties: {', '.join(TIEBREAK)}); best-<features> per feature set.")
+    return out

@@ -1,0 +1,225 @@
+"""Metrics, splits and the models' fit/predict contract on small arrays with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from models import metrics as M
+from models.base import FeatureSpec
+from models.splits import SplitError, make_split
+from models.tables import TrainingTable, gather_segments
+
+# ---------------------------------------------------------------------------- metrics
+
+
+def test_peak_score_by_hand():
+    labels = np.array([0.5, 1.0, 0.25, 0.8])
+    scores = np.array([4.0, 2.0, 3.0, 1.0])  # predicted order: 0, 2, 1, 3
+    assert M.peak_score(labels, scores, 1) == pytest.approx(0.5)
+    assert M.peak_score(labels, scores, 2) == pytest.approx(0.5)
+    assert M.peak_score(labels, scores, 3) == pytest.approx(1.0)
+    np.testing.assert_allclose(M.peak_curve(labels, scores, 6), [0.5, 0.5, 1, 1, 1, 1])
+
+
+def test_pairwise_accuracy():
+    y = np.array([0.1, 0.2, 0.3, 0.4])
+    assert M.pairwise_accuracy(y, y * 10) == 1.0
+    assert M.pairwise_accuracy(y, -y) == 0.0
+    assert M.pairwise_accuracy(y, np.zeros(4)) == 0.5  # ties count half
+    # one swapped pair out of six
+    assert M.pairwise_accuracy(y, np.array([1.0, 2.0, 4.0, 3.0])) == pytest.approx(5 / 6)
+    assert math.isnan(M.pairwise_accuracy(np.ones(3), np.arange(3)))  # no pair with different labels
+
+
+def test_topk_recall_and_sampling():
+    y = np.arange(10, dtype=float)
+    assert M.topk_recall(y, y, 3) == 1.0
+    assert M.topk_recall(y, -y, 3) == 0.0
+    assert M.topk_recall(y, np.array([0, 1, 2, 3, 4, 5, 6, 9, 8, 0.5]), 3) == pytest.approx(2 / 3)
+    assert math.isnan(M.sampled_topk_recall(y, y))  # fewer than 128 records: skipped
+    rng = np.random.default_rng(0)
+    big = rng.random(300)
+    assert M.sampled_topk_recall(big, big) == 1.0
+    noisy = M.sampled_topk_recall(big, big + rng.normal(0, 0.3, 300), seed=1)
+    assert 0.0 < noisy < 1.0
+
+
+def test_correlations_match_scipy():
+    rng = np.random.default_rng(3)
+    y, s = rng.random(50), rng.random(50)
+    m = M.task_metrics(y, s)
+    assert m["spearman"] == pytest.approx(stats.spearmanr(y, s).statistic)
+    assert m["kendall"] == pytest.approx(stats.kendalltau(y, s).statistic)
+    assert m["rmse"] == pytest.approx(np.sqrt(np.mean((y - s) ** 2)))
+    assert m["r2"] == pytest.approx(1 - np.sum((y - s) ** 2) / np.sum((y - y.mean()) ** 2))
+    un = M.task_metrics(y, s, calibrated=False)
+    assert math.isnan(un["rmse"]) and math.isnan(un["r2"]) and un["spearman"] == m["spearman"]
+
+
+def _frame(lat_by_task: dict, weights: dict, groups: dict) -> pd.DataFrame:
+    rows = []
+    for t, lats in lat_by_task.items():
+        for i, lat in enumerate(lats):
+            rows.append(dict(task_id=t, record_id=f"{t}{i}", mean_s=lat, weight=weights[t], group=groups[t]))
+    df = pd.DataFrame(rows)
+    df["label"] = df.groupby("task_id")["mean_s"].transform("min") / df["mean_s"]
+    return df
+
+
+def test_weighted_topk_score_by_hand():
+    # task a (weight 2): latencies 1, 2, 4; task b (weight 1): 10, 5
+    df = _frame({"a": [1.0, 2.0, 4.0], "b": [10.0, 5.0]}, {"a": 2, "b": 1}, {"a": "net", "b": "net"})
+    # scores pick a2 (4 s) first for a, b0 (10 s) first for b
+    scores = np.array([1.0, 2.0, 3.0, 1.0, 0.0])
+    df["score"] = scores
+    best = 2 * 1.0 + 1 * 5.0
+    assert M.weighted_topk_score(df, 1) == pytest.approx(best / (2 * 4.0 + 1 * 10.0))
+    assert M.weighted_topk_score(df, 2) == pytest.approx(best / (2 * 2.0 + 1 * 5.0))
+    assert M.weighted_topk_score(df, 5) == pytest.approx(1.0)
+
+
+def test_evaluate_aggregates_per_task_and_group():
+    df = _frame({"a": [1.0, 2.0, 4.0, 8.0], "b": [3.0, 1.0], "c": [2.0, 2.5, 3.0]},
+                {"a": 1, "b": 3, "c": 1}, {"a": "n1", "b": "n1", "c": "n2"})
+    ev = M.evaluate(df, df["label"].to_numpy())  # a perfect model
+    assert list(ev.per_task["task_id"]) == ["a", "b", "c"]
+    assert ev.summary["peak1"] == 1.0 and ev.summary["pair_acc"] == 1.0 and ev.summary["rmse"] == 0.0
+    assert ev.summary["top1_score"] == 1.0 and len(ev.per_group) == 2
+    assert ev.summary["n_tasks_recall32of128"] == 0 and math.isnan(ev.summary["recall32of128"])
+    worst = M.evaluate(df, -df["label"].to_numpy(), calibrated=False)
+    assert worst.summary["pair_acc"] == 0.0 and math.isnan(worst.summary["rmse"])
+    # per task a: worst pick is 8 s vs best 1 s
+    assert worst.per_task.set_index("task_id").loc["a", "peak1"] == pytest.approx(1 / 8)
+    with pytest.raises(ValueError, match="scores for"):
+        M.evaluate(df, np.zeros(3))
+
+
+# ---------------------------------------------------------------------------- splits
+
+
+def _records(n_tasks=6, per_task=10, networks=None) -> pd.DataFrame:
+    rows = []
+    for t in range(n_tasks):
+        for i in range(per_task):
+            rows.append(dict(task_id=f"t{t}", record_id=f"t{t}r{i}",
+                             network=(networks[t] if networks else "")))
+    return pd.DataFrame(rows)
+
+
+def _check_partition(sp, n):
+    allrows = np.concatenate([sp.train, sp.val, sp.test])
+    assert len(allrows) == n and len(np.unique(allrows)) == n
+
+
+def test_within_task_split():
+    df = _records()
+    sp = make_split(df, "within_task", seed=1)
+    _check_partition(sp, len(df))
+    for t in df["task_id"].unique():
+        rows = np.flatnonzero(df["task_id"] == t)
+        assert len(np.intersect1d(rows, sp.test)) == 2 and len(np.intersect1d(rows, sp.val)) >= 1
+    again = make_split(df, "within_task", seed=1)
+    assert np.array_equal(sp.test, again.test)
+    assert not np.array_equal(sp.test, make_split(df, "within_task", seed=2).test)
+
+
+def test_by_task_split_holds_out_whole_tasks():
+    df = _records(n_tasks=10)
+    sp = make_split(df, "by_task", seed=0)
+    _check_partition(sp, len(df))
+    test_tasks = set(df["task_id"].iloc[sp.test])
+    assert test_tasks == set(sp.info["test_tasks"]) and len(test_tasks) == 2
+    assert not test_tasks & set(df["task_id"].iloc[sp.train])
+    assert sp.info["val_unit"] == "tasks" and not set(sp.info["val_tasks"]) & set(df["task_id"].iloc[sp.train])
+    with pytest.raises(SplitError, match="within_task"):
+        make_split(_records(n_tasks=1), "by_task")
+
+
+def test_by_network_split():
+    nets = ["resnet", "resnet", "bert", "bert", "mobilenet", ""]
+    df = _records(networks=nets)
+    sp = make_split(df, "by_network", seed=0, test_networks=["bert"])
+    _check_partition(sp, len(df))
+    assert set(df["task_id"].iloc[sp.test]) == {"t2", "t3"}
+    assert sp.info["test_networks"] == ["bert"]
+    auto = make_split(df, "by_network", seed=0)
+    assert len(auto.info["test_networks"]) == 1
+    with pytest.raises(SplitError, match="not in this workspace"):
+        make_split(df, "by_network", test_networks=["gpt"])
+    with pytest.raises(SplitError, match="no networks in this workspace.*use split=by_task"):
+        make_split(_records(), "by_network")
+    with pytest.raises(SplitError, match="valid: within_task, by_task, by_network"):
+        make_split(df, "random")
+
+
+# ---------------------------------------------------------------------------- models on a small table
+
+
+def _table(seed=0, n_tasks=4, per_task=24, d=6) -> TrainingTable:
+    """Records whose latency depends on their stores' first feature, so models can learn."""
+    rng = np.random.default_rng(seed)
+    rows, stores, counts = [], [], []
+    for t in range(n_tasks):
+        for i in range(per_task):
+            k = int(rng.integers(1, 4))
+            s = rng.normal(size=(k, d)).astype(np.float32)
+            stores.append(s)
+            counts.append(k)
+            lat = float(np.exp(0.5 * s[:, 0].sum() + 0.05 * rng.normal()))
+            rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1, mean_s=lat,
+                             **{f"static.f{j}": float(s[:, j].sum()) for j in range(d)},
+                             **{"profiler.c": lat * 1e3}))
+    df = pd.DataFrame(rows)
+    df["label"] = df.groupby("task_id")["mean_s"].transform("min") / df["mean_s"]
+    cols = [c for c in df.columns if c.startswith(("static.", "profiler."))]
+    spec = FeatureSpec("all", cols, [f"s{j}" for j in range(d)])
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return TrainingTable("ws", df, spec, {"static": cols[:d], "profiler": cols[d:]}, np.concatenate(stores), offsets)
+
+
+def test_gather_segments_and_take():
+    tab = _table()
+    idx, seg = gather_segments(tab.offsets, np.array([2, 0]))
+    n2, n0 = np.diff(tab.offsets)[[2, 0]]
+    assert list(seg) == [0] * n2 + [1] * n0
+    assert list(idx[:n2]) == list(range(tab.offsets[2], tab.offsets[3]))
+    sub = tab.take(np.array([2, 0]))
+    assert np.array_equal(sub.stores, tab.stores[idx]) and list(sub.frame["record_id"]) == ["t0r2", "t0r0"]
+    long = sub.store_frame()
+    assert len(long) == n2 + n0 and list(long["record_id"].unique()) == ["t0r2", "t0r0"]
+
+
+@pytest.mark.parametrize("name", ["lgbm", "lgbm_rank", "xgb", "xgb_rank", "mlp"])
+def test_models_learn_and_roundtrip(name, tmp_path):
+    from models import registry
+
+    tab = _table()
+    sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
+    train, val, test = tab.take(sp.train), tab.take(sp.val), tab.take(sp.test)
+    cfg = registry.model_config(name)
+    if name == "mlp":
+        cfg.max_epochs = 30
+    model = registry.build(cfg, tab.spec, seed=0, threads=1)
+    model.fit(train, val)
+    scores = model.predict(test)
+    ev = M.evaluate(test.frame, scores, calibrated=model.calibrated)
+    assert ev.summary["spearman"] > 0.5, ev.summary  # the latency is a simple function of the features
+    model.save(tmp_path / "m")
+    again = registry.load(tmp_path / "m")
+    frame_scores = again.predict_frame(test.store_frame())
+    assert list(frame_scores["record_id"]) == list(test.frame["record_id"])
+    np.testing.assert_allclose(frame_scores["score"].to_numpy(), scores, rtol=1e-5, atol=1e-5)
+    with pytest.raises(KeyError, match="lacks"):
+        again.predict_frame(test.store_frame().drop(columns=[(again.spec.columns + again.spec.store_columns)[0]]))
+
+
+def test_unknown_model_name_is_a_clear_error():
+    from models import registry
+
+    with pytest.raises(registry.UnknownModelError, match="model='catboost' is not a model; valid: .*lgbm.*mlp"):
+        registry.model_config("catboost")
