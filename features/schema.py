@@ -74,3 +74,27 @@ MEASUREMENTS = _schema(
         pa.field("error", pa.string()),  # build/run/timeout/crash message, null on success
     ],
 )
+
+ANSOR_RECORDS = _schema(
+    "ansor_records",
+    [
+        pa.field("record_id", pa.string(), nullable=False),  # hash of (workload key, target, steps)
+        pa.field("task_id", pa.string()),  # the imported task with this workload key; null if none
+        pa.field("workload_key", pa.string()),  # Ansor's key: ["<dag hash or function>", args...]
+        pa.field("target", pa.string()),  # the record's TVM 0.8 target string
+        pa.field("target_kind", pa.string()),  # cuda | llvm
+        pa.field("version", pa.string()),  # record format, e.g. v0.6
+        pa.field("steps_json", pa.string()),  # Ansor transform steps, as JSON
+        pa.field("n_steps", pa.int64()),
+        pa.field("step_kinds", pa.string()),  # distinct step kinds, comma-separated
+        pa.field("costs_s", pa.list_(pa.float64())),  # measured seconds per repeat
+        pa.field("mean_s", pa.float64()),  # null when the measurement failed
+        pa.field("min_s", pa.float64()),
+        pa.field("error_no", pa.int64()),  # Ansor's MeasureErrorNo, 0 = success
+        pa.field("all_cost_s", pa.float64()),  # build + run wall time of the measurement
+        pa.field("timestamp", pa.float64()),
+        pa.field("label", pa.float64()),  # TenSet's label: the task's best mean_s / mean_s
+        pa.field("source", pa.string()),  # file name and line of the record
+        pa.field("line", pa.int64()),
+    ],
+)

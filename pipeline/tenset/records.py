@@ -87,13 +87,17 @@ def parse_line(text: str, source: str = "", line: int = 0) -> Record | None:
     )
 
 
-def read_records(paths: Iterable[str | Path]) -> tuple[list[Record], list[dict]]:
-    """Records of the given files, and one error row per line that does not parse."""
+def read_records(paths: Iterable[str | Path], max_per_file: int | None = None) -> tuple[list[Record], list[dict]]:
+    """Records of the given files (at most `max_per_file` from each), and one error row
+    per line that does not parse."""
     records, errors = [], []
     for p in paths:
         p = Path(p)
+        n = 0
         with open(p, encoding="utf-8") as f:
             for i, text in enumerate(f, 1):
+                if max_per_file is not None and n >= int(max_per_file):
+                    break
                 try:
                     r = parse_line(text, p.name, i)
                 except RecordError as e:
@@ -101,6 +105,7 @@ def read_records(paths: Iterable[str | Path]) -> tuple[list[Record], list[dict]]
                     continue
                 if r is not None:
                     records.append(r)
+                    n += 1
     return records, errors
 
 

@@ -1,0 +1,138 @@
+"""Where a TenSet copy lives, how an archive is verified and unpacked, and its task files.
+
+A TenSet archive (`dataset_gpu_v3.3.zip`, `dataset_cpu_v3.3.zip`) unpacks to
+`dataset_gpu/` or `dataset_cpu/` with `network_info/` (task pickles) and
+`measure_records/<device>/` (Ansor records). The pipeline unpacks archives under
+`<paths.data>/tenset/`; `dataset.path` may instead name a zip or a folder the user has.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# `((resnet_18,[(1,3,224,224)]),cuda).task.pkl`: network, input shapes, target kind.
+_TASK_FILE = re.compile(r"^\(\((?P<net>[^,]+),(?P<shapes>\[.*\])\),(?P<target>[^)]+)\)\.task\.pkl$")
+
+
+class DatasetError(ValueError):
+    """The TenSet copy is missing or malformed; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    path: Path
+    network: str
+    shapes: str
+    target: str  # the target kind TenSet wrote in the name ("cuda", "llvm")
+
+
+def tenset_root(cfg) -> Path:
+    """`<paths.data>/tenset`: where archives are downloaded to and unpacked."""
+    return Path(cfg.paths.data).expanduser().resolve() / "tenset"
+
+
+def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def check_zip(path: Path) -> int:
+    """Verifies every member's CRC; returns the member count."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            n = len(z.infolist())
+    except zipfile.BadZipFile as e:
+        raise DatasetError(f"{path} is not a valid zip archive ({e}); delete it and download it again") from e
+    if bad is not None:
+        raise DatasetError(f"{path}: member {bad!r} fails its CRC check; delete the archive and download it again")
+    return n
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    """Unpacks `archive` into `dest` once (a marker file records completion)."""
+    marker = dest / f".unpacked-{archive.name}"
+    if marker.exists():
+        return dest
+    check_zip(archive)
+    dest.mkdir(parents=True, exist_ok=True)
+    root = dest.resolve()
+    with zipfile.ZipFile(archive) as z:
+        for m in z.infolist():
+            target = (root / m.filename).resolve()
+            if not target.is_relative_to(root):  # an untrusted archive must not escape dest
+                raise DatasetError(f"{archive}: member {m.filename!r} points outside {dest}; refusing to unpack")
+        log.info("unpacking %s into %s", archive, dest)
+        z.extractall(root)
+    marker.write_text(archive.name + "\n")
+    return dest
+
+
+def resolve(cfg) -> Path:
+    """The folder holding the TenSet copy to read (unpacking `dataset.path` if a zip)."""
+    path = cfg.dataset.get("path")
+    if path:
+        p = Path(str(path)).expanduser().resolve()
+        if not p.exists():
+            raise DatasetError(f"dataset.path={path} does not exist: point it at a TenSet zip or unpacked folder")
+        if p.is_file():
+            if not zipfile.is_zipfile(p):
+                raise DatasetError(f"dataset.path={path} is a file but not a zip archive")
+            return unpack(p, tenset_root(cfg))
+        return p
+    root = tenset_root(cfg)
+    if not root.exists():
+        raise DatasetError(
+            f"no TenSet copy under {root}: run `python -m pipeline stage=download dataset=tenset` "
+            f"or pass dataset.path=<zip or folder>"
+        )
+    return root
+
+
+def network_info_dirs(root: Path) -> list[Path]:
+    """`network_info` folders at `root` or up to two levels below it."""
+    found = [p for p in [root / "network_info", *root.glob("*/network_info"), *root.glob("*/*/network_info")]
+             if p.is_dir()]
+    return sorted(set(found))
+
+
+def task_files(root: Path) -> list[TaskFile]:
+    dirs = network_info_dirs(root)
+    if not dirs:
+        raise DatasetError(f"no network_info/ folder under {root}: is it an unpacked TenSet dataset?")
+    out, seen = [], set()
+    for d in dirs:
+        for p in sorted(d.glob("*.task.pkl")):
+            m = _TASK_FILE.match(p.name)
+            if not m:
+                log.warning("skipping %s: not named ((<network>,[shapes]),<target>).task.pkl", p)
+                continue
+            if p.name in seen:
+                continue
+            seen.add(p.name)
+            out.append(TaskFile(p, m["net"], m["shapes"], m["target"]))
+    return out
+
+
+def record_files(root: Path, target_kind: str, devices=None) -> list[Path]:
+    """`measure_records/<device>/*.json` under `root` whose name ends with the target kind."""
+    out = []
+    for d in sorted([*root.glob("measure_records"), *root.glob("*/measure_records")]):
+        for dev in sorted(p for p in d.iterdir() if p.is_dir()):
+            if devices and dev.name not in devices:
+                continue
+            out += [p for p in sorted(dev.glob("*.json")) if p.name.endswith(f",{target_kind}).json")]
+    return out
