@@ -68,6 +68,7 @@ MEASUREMENTS = _schema(
         pa.field("min_s", pa.float64()),
         pa.field("repeats", pa.int64()),
         pa.field("number", pa.int64()),
+        pa.field("run_secs", pa.list_(pa.float64())),  # seconds per call, one per repeat
         pa.field("checked", pa.bool_()),  # outputs compared with the unscheduled reference
         pa.field("correct", pa.bool_()),  # null when not checked
         pa.field("max_abs_err", pa.float64()),

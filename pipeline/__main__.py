@@ -10,6 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from pipeline import stages
+from pipeline.errors import PipelineError
 from pipeline.summary import print_summary
 
 log = logging.getLogger("pipeline")
@@ -27,9 +28,13 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     t0 = time.time()
     results = {}
-    for n in names:
-        log.info("stage=%s workspace=%s", n, cfg.workspace)
-        results[n] = stages.get(n).run(cfg) or {}
+    try:
+        for n in names:
+            log.info("stage=%s workspace=%s", n, cfg.workspace)
+            results[n] = stages.get(n).run(cfg) or {}
+    except PipelineError as e:
+        log.error("%s", e)
+        sys.exit(2)
     print_summary(cfg, results, time.time() - t0)
 
 

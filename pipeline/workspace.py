@@ -20,9 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from features import schema as S
+from pipeline.errors import PipelineError
 
 
-class WorkspaceError(RuntimeError):
+class WorkspaceError(PipelineError):
     """A workspace lacks what a stage needs; the message says which stage to run."""
 
 

@@ -144,6 +144,25 @@ class BertConfig:
     max_positions: int = 512
 
 
+class Dense(nn.Module):
+    """y = x @ W + b with W stored [in, out].
+
+    Same math as nn.Linear, whose [out, in] weight exports as a transpose that Relax
+    must then constant-fold for every layer (seconds of work for BERT-base).
+    """
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(cin, cout))
+        self.bias = nn.Parameter(torch.empty(cout))
+        bound = cin**-0.5  # nn.Linear's default init range
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x, self.weight)
+
+
 class BertLayer(nn.Module):
     """Post-LN transformer layer over tokens [batch*seq, hidden], as BERT computes it.
 
@@ -154,12 +173,12 @@ class BertLayer(nn.Module):
     def __init__(self, c: BertConfig):
         super().__init__()
         self.seq, self.heads, self.head_dim = c.seq, c.heads, c.hidden // c.heads
-        self.query = nn.Linear(c.hidden, c.hidden)
-        self.key = nn.Linear(c.hidden, c.hidden)
-        self.value = nn.Linear(c.hidden, c.hidden)
-        self.out = nn.Linear(c.hidden, c.hidden)
+        self.query = Dense(c.hidden, c.hidden)
+        self.key = Dense(c.hidden, c.hidden)
+        self.value = Dense(c.hidden, c.hidden)
+        self.out = Dense(c.hidden, c.hidden)
         self.ln1 = nn.LayerNorm(c.hidden, eps=1e-12)
-        self.ffn = nn.Sequential(nn.Linear(c.hidden, c.intermediate), nn.GELU(), nn.Linear(c.intermediate, c.hidden))
+        self.ffn = nn.Sequential(Dense(c.hidden, c.intermediate), nn.GELU(), Dense(c.intermediate, c.hidden))
         self.ln2 = nn.LayerNorm(c.hidden, eps=1e-12)
 
     def _split(self, y):

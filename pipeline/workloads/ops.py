@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pipeline.errors import PipelineError
 from pipeline.workloads import Workload
 
 
@@ -13,15 +14,15 @@ def load(cfg, target) -> list[Workload]:
     out = []
     for op in cfg.dataset.ops:
         if op not in te_workload.CONFIGS:
-            raise ValueError(f"dataset.ops: unknown operator {op!r}; valid: {', '.join(valid)}")
+            raise PipelineError(f"dataset.ops: unknown operator {op!r}; valid: {', '.join(valid)}")
         n = len(te_workload.CONFIGS[op][1])
         for idx in cfg.dataset.configs:
             if not 0 <= int(idx) < n:
-                raise ValueError(f"dataset.configs: {op} has configs 0..{n - 1}, got {idx}")
+                raise PipelineError(f"dataset.configs: {op} has configs 0..{n - 1}, got {idx}")
             try:
                 func = te_workload.create_te_workload(op, int(idx))
             except RuntimeError as e:
-                raise ValueError(f"dataset.ops: {op} cannot be created on this TVM ({e}); drop it from dataset.ops") from e
+                raise PipelineError(f"dataset.ops: {op} cannot be created on this TVM ({e}); drop it from dataset.ops") from e
             mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
             out.append(Workload(name=f"{op}-{idx}", mod=mod, source="ops"))
     return out
