@@ -1,0 +1,135 @@
+"""dataset=zoo: real networks exported from torch and split into MetaSchedule tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from pipeline import identity
+from pipeline.workloads import networks, zoo
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+CUDA = {"kind": "cuda", "arch": "sm_90a", "max_threads_per_block": 1024,
+        "max_shared_memory_per_block": 49152, "thread_warp_size": 32}
+
+
+def _cfg(**dataset):
+    return OmegaConf.create({"seed": 0, "dataset": {"name": "zoo", "source": "zoo", "batch": 1, **dataset}})
+
+
+def _llvm():
+    import tvm
+
+    return tvm.target.Target({"kind": "llvm", "num-cores": 1})
+
+
+@pytest.fixture(scope="module")
+def resnet18():
+    return zoo.load(_cfg(networks=["resnet18"]), _llvm())
+
+
+def test_resnet18_tasks(resnet18):
+    from tvm import tirx
+
+    from pipeline.stages.tasks import args_of
+
+    names = [w.name for w in resnet18]
+    assert len(names) == len(set(names)) >= 15
+    assert {w.network for w in resnet18} == {"resnet18"} and {w.source for w in resnet18} == {"zoo"}
+    assert all(w.weight >= 1 for w in resnet18)
+    # ResNet-18 runs 20 convolutions (17 in the blocks and stem, 3 downsampling 1x1s),
+    # one max pool, one average pool, one flatten and one dense layer.
+    assert sum(w.weight for w in resnet18 if "conv2d" in w.name) == 20
+    assert sum(w.weight for w in resnet18) == 24
+    # BatchNorm is folded: convolutions fuse with their bias add and ReLU.
+    assert any(w.name.startswith("fused_conv2d") and w.name.endswith("relu") for w in resnet18)
+    assert not any("batch_norm" in w.name or "divide" in w.name for w in resnet18)
+    for w in resnet18:
+        assert isinstance(w.mod["main"], tirx.PrimFunc)
+        assert args_of(w.mod)  # what stage=tasks stores as args_json
+    assert len({identity.task_id(w.mod) for w in resnet18}) == len(resnet18)
+    stem = next(w for w in resnet18 if [3, 224, 224] == args_of(w.mod)[0][1][1:])
+    assert args_of(stem.mod)[-1] == ["float32", [1, 64, 112, 112]]
+
+
+def test_a_task_builds_and_runs(resnet18):
+    import tvm
+
+    from pipeline.stages.tasks import args_of
+
+    task = next(w for w in resnet18 if w.name.startswith("fused_matmul"))  # the dense layer
+    lib = tvm.compile(task.mod, target=_llvm())
+    dev = tvm.cpu()
+    rng = np.random.default_rng(0)
+    arrays = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype), dev) for dtype, shape in args_of(task.mod)]
+    lib["main"](*arrays)
+    x, w, b, out = (a.numpy() for a in arrays)
+    np.testing.assert_allclose(out, x @ w + b, rtol=1e-4, atol=1e-4)
+
+
+def test_bert_encoder_tasks_llvm_and_cuda():
+    import tvm
+
+    from pipeline.stages.tasks import args_of
+
+    cfg = _cfg(networks=["bert_encoder"], bert_layers=1)
+    llvm = zoo.load(cfg, _llvm())
+    cuda = zoo.load(cfg, tvm.target.Target(CUDA))
+    by_name = {w.name: w for w in llvm}
+    # query, key and value projections: one 768x768 dense task called three times.
+    qkv = [w for w in llvm if w.weight == 3 and w.name.startswith("fused_matmul")]
+    assert len(qkv) == 1
+    # The FFN's first dense layer carries its bias and GELU.
+    assert any("gelu" in n and "matmul" in n for n in by_name)
+    assert any(n.startswith("softmax") for n in by_name)
+    # Only float inputs: no gather by integer ids that a runner would fill with garbage.
+    for w in llvm:
+        assert all(dtype == "float32" for dtype, _ in args_of(w.mod)), w.name
+    # The target does not change the tasks, only how they will be tuned.
+    assert [identity.task_id(w.mod) for w in llvm] == [identity.task_id(w.mod) for w in cuda]
+
+
+def test_unknown_network_lists_valid_names():
+    with pytest.raises(ValueError) as e:
+        zoo.load(_cfg(networks=["resnet18", "vgg16"]), _llvm())
+    msg = str(e.value)
+    assert "vgg16" in msg and "dataset.networks" in msg
+    for name in networks.NETWORKS:
+        assert name in msg
+
+
+def test_networks_run_in_torch():
+    """The definitions are the published shapes: logits of 1000 classes, BERT hidden states."""
+    import torch
+
+    for name, shape in [("mobilenet_v2", (2, 1000))]:
+        model, example = networks.build(name, batch=2)
+        with torch.no_grad():
+            assert tuple(model(*example).shape) == shape
+    model, (words,) = networks.build("bert_encoder", batch=1, layers=1)
+    assert tuple(words.shape) == (1, 128, 768)
+    with torch.no_grad():
+        assert tuple(model(words).shape) == (1, 128, 768)
+    n_params = sum(p.numel() for p in networks.resnet50().parameters())
+    assert n_params == 25_557_032  # torchvision's resnet50
+
+
+def test_stage_tasks_on_zoo(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from pipeline.stages import tasks
+    from pipeline.workspace import Workspace, read_table
+
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["dataset=zoo", "dataset.networks=[resnet18]", "budget=smoke",
+                                           f"paths.data={tmp_path}"])
+    assert tasks.run(cfg) == {"tasks": 3}
+    df = read_table(Workspace.from_cfg(cfg).tasks)
+    assert set(df["network"]) == {"resnet18"} and set(df["source"]) == {"zoo"}
+    # budget=smoke keeps the heaviest tasks (weight x FLOPs): convolutions.
+    assert all("conv2d" in n for n in df["name"])
+    assert all(json.loads(a) for a in df["args_json"])
