@@ -74,7 +74,8 @@ class Target(TVMObject):
         nodes = g["nodes"]
         root = nodes[g["root"]]
         kind = nodes[int(root["attrs"]["kind"])]
-        return kind.get("repr_str") or kind.get("attrs", {}).get("name", "")
+        name = kind.get("attrs", {}).get("name")
+        return str(_leaf(nodes, name)) if name is not None else kind.get("repr_str", "")
 
     def attrs(self) -> dict:
         """Target attributes (`-arch`, `-mcpu`, ...) as plain values."""
