@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("kernel_runner.py")
+# Seconds a fresh runner may take to import TVM before its first kernel starts.
+STARTUP_S = 180.0
 
 
 def _events(path: Path) -> list[dict]:
@@ -44,7 +46,8 @@ def run_jobs(jobs: list[dict], workdir: Path, root: Path, device: str, opts: dic
     while True:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-        last_size, last_change, verdict = -1, time.monotonic(), None
+        start_size = out_file.stat().st_size if out_file.exists() else 0
+        last_size, last_change, verdict = start_size, time.monotonic(), None
         while True:
             rc = proc.poll()
             size = out_file.stat().st_size if out_file.exists() else 0
@@ -53,10 +56,12 @@ def run_jobs(jobs: list[dict], workdir: Path, root: Path, device: str, opts: dic
             if rc is not None:
                 verdict = None if rc == 0 else f"crashed: runner exited with {_describe(rc)}"
                 break
-            if time.monotonic() - last_change > timeout_s:
+            limit = STARTUP_S if size == start_size else timeout_s
+            if time.monotonic() - last_change > limit:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-                verdict = f"timeout: no result within {timeout_s:g} s"
+                verdict = (f"timeout: no result within {timeout_s:g} s" if size != start_size
+                           else f"timeout: the runner did not start within {STARTUP_S:g} s")
                 break
             time.sleep(0.05)
         output = proc.stdout.read().decode(errors="replace") if proc.stdout else ""

@@ -63,7 +63,7 @@ def write_back(ws: Workspace, measured: pd.DataFrame) -> int:
             m = by_id.get(rec.record_id(task_of_index.get(rec.workload_index, "")))
             if m is None:
                 continue
-            rec.run_secs = list(m.run_secs) if m.error is None and m.run_secs is not None else [D.FAILED_RUN_SECS]
+            rec.run_secs = list(m.run_secs) if pd.isna(m.error) and m.run_secs is not None else [D.FAILED_RUN_SECS]
             n += 1
         if bad:
             log.warning("%s: %d corrupted line(s) dropped while writing run times back", f, len(bad))

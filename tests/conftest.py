@@ -1,0 +1,59 @@
+"""Shared fixtures: a tiny real workspace built by the real stages (ops suite, llvm)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import run_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+# Three small operators, 8 candidates each: the smallest workspace that has several
+# tasks and enough records per task to rank.
+SMOKE_OVERRIDES = ["dataset.ops=[GMM,C1D,SFM]", "dataset.configs=[0]", "budget=smoke",
+                   "budget.candidates_per_task=8", "measure.repeat=2", "measure.min_repeat_ms=5"]
+
+
+def gpu_available() -> bool:
+    try:
+        import tvm
+
+        return bool(tvm.cuda(0).exist)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with the CUDA driver")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def shared_fixtures() -> Path:
+    if not SHARED_FIXTURES.exists():
+        pytest.skip(f"{SHARED_FIXTURES} is absent (the shared fixtures folder sits beside the project)")
+    return SHARED_FIXTURES
+
+
+@pytest.fixture(scope="session")
+def smoke_overrides(tmp_path_factory) -> list[str]:
+    data = tmp_path_factory.mktemp("data")
+    return [f"paths.data={data}", *SMOKE_OVERRIDES]
+
+
+@pytest.fixture(scope="session")
+def measured_workspace(smoke_overrides) -> tuple[Path, list[str]]:
+    """(workspace root, overrides) after tasks, sample, replay and measure."""
+    for stage in ("tasks", "sample", "replay", "measure"):
+        run_stage(stage, smoke_overrides)
+    from pipeline.config import compose
+    from pipeline.workspace import Workspace
+
+    return Workspace.from_cfg(compose(smoke_overrides)).root, smoke_overrides

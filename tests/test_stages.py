@@ -1,0 +1,95 @@
+"""tasks -> sample -> replay -> measure on a tiny real workspace (ops suite, llvm)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from features import schema as S
+from pipeline import database as D
+from pipeline.config import compose, run_stage
+from pipeline.workspace import Workspace, read_table
+
+
+def test_tasks_table(measured_workspace):
+    root, _ = measured_workspace
+    tasks = read_table(root / "tasks.parquet")
+    assert list(tasks["name"]) == ["GMM-0", "C1D-0", "SFM-0"]
+    assert tasks["task_id"].is_unique and (tasks["flops"] > 0).all()
+    assert json.loads(tasks["target"][0])["kind"] == "llvm"
+    assert json.loads(tasks["args_json"][0])[0] == ["float32", [1, 128, 128]]
+
+
+def test_candidates_are_distinct_records_of_the_database(measured_workspace):
+    root, _ = measured_workspace
+    cands = read_table(root / "candidates", S.CANDIDATES)
+    ok = cands[cands["error"].isna()]
+    assert ok.groupby("task_id").size().max() <= 8
+    assert ok["record_id"].is_unique and ok["trace_json"].is_unique
+    lines, bad = D.read_record_lines([root / "database_tuning_record.json"])
+    assert not bad and len(lines) == len(ok)
+
+
+def test_every_candidate_is_built_and_measured(measured_workspace):
+    root, _ = measured_workspace
+    kernels = read_table(root / "kernels", S.KERNELS)
+    meas = read_table(root / "measurements", S.MEASUREMENTS)
+    cands = read_table(root / "candidates", S.CANDIDATES).dropna(subset=["trace_json"])
+    assert set(kernels["record_id"]) == set(cands["record_id"]) == set(meas["record_id"])
+    built = kernels[kernels["error"].isna()]
+    assert len(built) >= 0.8 * len(kernels)
+    assert all((root / a).exists() for a in built["artifact"])
+    ok = meas[meas["error"].isna()]
+    assert (ok["mean_s"] > 0).all() and (ok["repeats"] == 2).all()
+    assert (ok["median_s"] >= ok["min_s"]).all()
+    checked = ok[ok["checked"]]
+    assert len(checked) >= 3 and checked["correct"].all()
+
+
+def test_database_loads_in_metaschedule_with_run_times(measured_workspace):
+    from tvm.s_tir import meta_schedule as ms
+
+    root, _ = measured_workspace
+    db = ms.database.JSONDatabase(str(root / "database_workload.json"), str(root / "database_tuning_record.json"))
+    recs = db.get_all_tuning_records()
+    meas = read_table(root / "measurements", S.MEASUREMENTS)
+    ok = meas[meas["error"].isna()]
+    secs = sorted(float(r.run_secs[0]) for r in recs if float(r.run_secs[0]) < D.FAILED_RUN_SECS)
+    assert len(secs) == len(ok)
+    assert abs(sum(secs) - float(ok["run_secs"].map(lambda x: x[0]).sum())) < 1e-6
+    # The best record of a task is queryable the way a MetaSchedule user does it.
+    wl = db.commit_workload(db.get_all_tuning_records()[0].workload.mod)
+    assert db.get_top_k(wl, 1)
+
+
+def test_second_runs_do_nothing_new(measured_workspace):
+    _, overrides = measured_workspace
+    assert run_stage("sample", overrides)["new"] == 0
+    assert run_stage("replay", overrides)["new"] == 0
+    assert run_stage("measure", overrides)["measured"] == 0
+
+
+def test_corrupted_database_line_is_reported_and_the_rest_kept(measured_workspace, tmp_path, caplog):
+    root, _ = measured_workspace
+    src = (root / "database_tuning_record.json").read_text().splitlines()
+    bad = tmp_path / "database_tuning_record.json"
+    bad.write_text("\n".join([src[0], '[0, [[["GetSBlock"', *src[1:]]) + "\n")
+    lines, errors = D.read_record_lines([bad])
+    assert len(lines) == len(src) and len(errors) == 1
+    assert f"{bad}:2: corrupted tuning record" in str(errors[0])
+    assert "corrupted tuning record" in caplog.text
+
+
+def test_failing_build_becomes_an_error_row(measured_workspace):
+    from pipeline.stages.replay import build_one
+
+    root, overrides = measured_workspace
+    ws = Workspace(root)
+    wl = D.read_workload_lines(ws)[0]
+    cands = read_table(root / "candidates", S.CANDIDATES)
+    trace = json.loads(cands["trace_json"].dropna().iloc[0])
+    trace[0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]  # names a block that does not exist
+    row = build_one(dict(record_id="r", task_id="t", trace=trace, workload=wl,
+                         target={"kind": "llvm"}, artifact="lib/r.so", artifact_abs=str(root / "lib" / "r.so")))
+    assert row["error"].startswith("build: ") and row.get("artifact") is None
