@@ -25,8 +25,7 @@ from pipeline.workspace import Workspace, read_table, write_part
 
 log = logging.getLogger(__name__)
 
-# Rows buffered before a part file is written (bounds what a kill can lose).
-FLUSH_ROWS = 16
+# Seconds between part files at most (with replay.flush_rows, bounds what a kill can lose).
 FLUSH_SECONDS = 10.0
 
 
@@ -76,13 +75,13 @@ def pending_jobs(cfg, ws: Workspace) -> tuple[list[dict], int]:
     return jobs, len(done)
 
 
-def build_all(jobs: list[dict], workers: int, on_rows, desc: str = "replay") -> None:
+def build_all(jobs: list[dict], workers: int, on_rows, flush_rows: int = 16, desc: str = "replay") -> None:
     """Build `jobs` on `workers` processes; `on_rows(rows)` receives results in batches."""
     buf, last = [], time.monotonic()
 
     def flush(force=False):
         nonlocal buf, last
-        if buf and (force or len(buf) >= FLUSH_ROWS or time.monotonic() - last > FLUSH_SECONDS):
+        if buf and (force or len(buf) >= flush_rows or time.monotonic() - last > FLUSH_SECONDS):
             on_rows(buf)
             buf, last = [], time.monotonic()
 
@@ -133,7 +132,7 @@ def run(cfg) -> dict:
 
     if jobs:
         log.info("building %d kernels on %d workers (%d already built)", len(jobs), workers, skipped)
-        build_all(jobs, workers, on_rows)
+        build_all(jobs, workers, on_rows, int(cfg.replay.flush_rows))
     wall = time.time() - t0
     return {"new": len(jobs), "built": counts["built"], "failed": counts["failed"], "skipped": skipped,
             "kernels_per_s": round(len(jobs) / wall, 2) if jobs and wall > 0 else 0.0}
