@@ -52,6 +52,7 @@ class _Decoder:
         self.nodes = graph["nodes"]
         self.memo: dict[int, object] = {}
         self.op_names: dict[str, int] = {}
+        self.expr_memo: dict[tuple, object] = {}
 
     # -- helpers ---------------------------------------------------------------------
     def node(self, ref) -> dict:
@@ -159,10 +160,19 @@ class _Decoder:
 
     # -- expressions -----------------------------------------------------------------
     def expr(self, ref, env):
+        """A TIR expression; a node the JSON graph shares is shared here too (TE built
+        these bodies as DAGs, e.g. fast_erf's clamped input feeds 40 products)."""
+        ref = int(ref)
+        key = (ref, id(env))
+        hit = self.expr_memo.get(key)
+        if hit is None or hit[0] is not env:  # the env is kept alive, so its id is not reused
+            hit = self.expr_memo[key] = (env, self._expr(ref, env))
+        return hit[1]
+
+    def _expr(self, ref, env):
         import tvm
         from tvm import tirx
 
-        ref = int(ref)
         n = self.node(ref)
         kind = n["type_key"]
         a = n.get("attrs", {})
