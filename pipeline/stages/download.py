@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from features import schema as S
+from pipeline.errors import PipelineError
 from pipeline.tenset import dataset as DS
 from pipeline.workspace import Workspace, write_table
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 _KIND_ARCHIVE = {"cuda": "gpu", "llvm": "cpu"}
 
 
-class DownloadError(RuntimeError):
+class DownloadError(PipelineError):
     """An archive could not be fetched or verified; the message says what to do by hand."""
 
 

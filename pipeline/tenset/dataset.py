@@ -15,13 +15,15 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.errors import PipelineError
+
 log = logging.getLogger(__name__)
 
 # `((resnet_18,[(1,3,224,224)]),cuda).task.pkl`: network, input shapes, target kind.
 _TASK_FILE = re.compile(r"^\(\((?P<net>[^,]+),(?P<shapes>\[.*\])\),(?P<target>[^)]+)\)\.task\.pkl$")
 
 
-class DatasetError(ValueError):
+class DatasetError(PipelineError, ValueError):
     """The TenSet copy is missing or malformed; the message says what to do."""
 
 

@@ -14,8 +14,10 @@ import json
 import pickle
 from pathlib import Path
 
+from pipeline.errors import PipelineError
 
-class UnsafePickleError(pickle.UnpicklingError):
+
+class UnsafePickleError(pickle.UnpicklingError, PipelineError):
     """The pickle names a global outside the allowlist."""
 
 
