@@ -99,3 +99,165 @@ ANSOR_RECORDS = _schema(
         pa.field("line", pa.int64()),
     ],
 )
+
+# ----------------------------------------------------------------------------- stage=collect
+# Feature tables under <workspace>/features/. Profiler tables are Hive-partitioned by the
+# device that produced them (`features/cpu/device=cpu/part-*.parquet`): the `device`
+# column lives in the path, so `pd.read_parquet(folder)` restores it.
+
+# MetaSchedule's PerStoreFeature, in its C++ export order (per_store_feature.cc): 164
+# values per buffer store, each log2(1 + x) of a count/byte quantity or a 0/1 flag.
+_FOR_KIND_POS = ("none", "inner_spatial", "middle_spatial", "outer_spatial", "inner_reduce",
+                 "middle_reduce", "outer_reduce", "mixed")
+_BUFFER_FEATURES = (
+    "acc_type_read", "acc_type_write", "acc_type_readwrite", "bytes", "unique_bytes", "lines",
+    "unique_lines", "reuse_type_loop_multiple_read", "reuse_type_serial_multiple_read_write",
+    "reuse_type_no_reuse", "reuse_dis_iter", "reuse_dis_bytes", "reuse_ct", "bytes_d_reuse_ct",
+    "unique_bytes_d_reuse_ct", "lines_d_reuse_ct", "unique_lines_d_reuse_ct", "stride",
+)
+PER_STORE_FEATURE_NAMES: tuple[str, ...] = (
+    # group 1: arithmetic ops (weighted by the loop extents around the store)
+    "float_mad", "float_addsub", "float_mul", "float_divmod", "float_cmp", "float_mathfunc",
+    "float_otherfunc", "int_mad", "int_addsub", "int_mul", "int_divmod", "int_cmp", "int_mathfunc",
+    "int_otherfunc", "bool_op", "select_op",
+    # group 1: vectorize / unroll / parallel loops around the store
+    *(f"{k}_{f}" for k in ("vec", "unroll", "parallel")
+      for f in ("num", "prod", "len", *(f"type_{p}" for p in _FOR_KIND_POS))),
+    # group 1: GPU thread binding
+    "is_gpu", "blockIdx_x_len", "blockIdx_y_len", "blockIdx_z_len", "threadIdx_x_len",
+    "threadIdx_y_len", "threadIdx_z_len", "vthread_len",
+    # group 2: the first 5 buffers the store touches (zero-padded)
+    *(f"b{i}_{f}" for i in range(5) for f in _BUFFER_FEATURES),
+    # group 3: arithmetic intensity curve (10 samples)
+    *(f"arith_intensity_curve_{i}" for i in range(10)),
+    # group 4: allocation
+    "alloc_size", "alloc_prod", "alloc_outer_prod", "alloc_inner_prod",
+    # group 5: outer loops
+    "outer_prod", "num_loops", "auto_unroll_max_step",
+)
+assert len(PER_STORE_FEATURE_NAMES) == 164
+# Program-level aggregates of the per-store rows, as columns `<agg>.<feature>`.
+STATIC_AGGREGATES = ("sum", "mean", "max")
+
+STATIC_STORES = _schema(
+    "static_stores",
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("store_index", pa.int32()),  # order of the buffer store in the program
+        *(pa.field(n, pa.float32()) for n in PER_STORE_FEATURE_NAMES),
+    ],
+)
+
+# Build-time resources of the CUDA kernels of a record, summarised (null on llvm targets).
+_CUDA_SUMMARY = (
+    ("cuda.kernels", pa.int32()),  # device kernels the record launches
+    ("cuda.registers_per_thread_max", pa.int32()),
+    ("cuda.shared_mem_bytes_max", pa.int64()),  # static shared memory per block
+    ("cuda.local_mem_bytes_max", pa.int64()),  # stack frame per thread
+    ("cuda.spill_bytes_sum", pa.int64()),  # spill stores + spill loads
+    ("cuda.threads_per_block_max", pa.int64()),
+    ("cuda.blocks_sum", pa.int64()),
+)
+
+STATIC = _schema(
+    "static",
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("n_stores", pa.int32()),
+        *(pa.field(f"{a}.{n}", pa.float32()) for a in STATIC_AGGREGATES for n in PER_STORE_FEATURE_NAMES),
+        *(pa.field(n, t) for n, t in _CUDA_SUMMARY),
+        pa.field("error", pa.string()),
+    ],
+)
+
+CUDA_RESOURCES = _schema(
+    "cuda_resources",
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("kernel_index", pa.int32()),  # order in the device module; null on error rows
+        pa.field("kernel_name", pa.string()),
+        pa.field("arch", pa.string()),  # e.g. sm_90a
+        pa.field("registers_per_thread", pa.int32()),  # ptxas "Used N registers"
+        pa.field("shared_mem_bytes", pa.int64()),  # static shared memory per block (ptxas smem)
+        pa.field("dynamic_shared_mem", pa.bool_()),  # the kernel also takes dynamic shared memory
+        pa.field("constant_mem_bytes", pa.int64()),  # ptxas cmem[0] (kernel parameters and constants)
+        pa.field("local_mem_bytes", pa.int64()),  # ptxas stack frame per thread
+        pa.field("spill_store_bytes", pa.int64()),
+        pa.field("spill_load_bytes", pa.int64()),
+        pa.field("barriers", pa.int32()),
+        pa.field("grid_x", pa.int64()), pa.field("grid_y", pa.int64()), pa.field("grid_z", pa.int64()),
+        pa.field("block_x", pa.int64()), pa.field("block_y", pa.int64()), pa.field("block_z", pa.int64()),
+        pa.field("threads_per_block", pa.int64()),
+        pa.field("blocks", pa.int64()),
+        pa.field("error", pa.string()),
+    ],
+)
+
+# CPU counters: column -> perf event. Values are per kernel call (count / calls).
+PERF_EVENTS: dict[str, str] = {
+    "task_clock_s": "task-clock",  # perf reports msec; stored in seconds
+    "context_switches": "context-switches",
+    "cpu_migrations": "cpu-migrations",
+    "page_faults": "page-faults",
+    "cycles": "cycles",
+    "instructions": "instructions",
+    "branches": "branches",
+    "branch_misses": "branch-misses",
+    "cache_references": "cache-references",
+    "cache_misses": "cache-misses",
+    "l1d_loads": "L1-dcache-loads",
+    "l1d_load_misses": "L1-dcache-load-misses",
+    "llc_loads": "LLC-loads",
+    "llc_load_misses": "LLC-load-misses",
+    "dtlb_load_misses": "dTLB-load-misses",
+}
+# getrusage(RUSAGE_SELF) deltas of the process that ran the kernel, per call.
+RUSAGE_FIELDS: dict[str, str] = {
+    "user_s": "ru_utime",
+    "system_s": "ru_stime",
+    "minor_faults": "ru_minflt",
+    "major_faults": "ru_majflt",
+    "voluntary_ctx_switches": "ru_nvcsw",
+    "involuntary_ctx_switches": "ru_nivcsw",
+}
+
+CPU_COUNTERS = _schema(
+    "cpu_counters",
+    [
+        pa.field("record_id", pa.string(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("calls", pa.int64()),  # kernel calls inside the counted window
+        pa.field("wall_s", pa.float64()),  # wall time per call
+        *(pa.field(f"rusage.{c}", pa.float64()) for c in RUSAGE_FIELDS),
+        pa.field("rusage.max_rss_bytes", pa.int64()),  # peak resident set of the process
+        *(f for c in PERF_EVENTS for f in (pa.field(f"perf.{c}", pa.float64()),
+                                           pa.field(f"perf.{c}.reason", pa.string()))),
+        pa.field("perf_version", pa.string()),
+        pa.field("error", pa.string()),
+    ],
+)
+
+
+def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozenset(), per_kernel: bool = True) -> pa.Schema:
+    """Nsight Compute table: one column per ncu metric (ncu's own name; float64 unless the
+    report gives a string). Per kernel (`ncu_kernels`) or aggregated per record (`ncu`)."""
+    head = [pa.field("record_id", pa.string(), nullable=False), pa.field("task_id", pa.string(), nullable=False)]
+    if per_kernel:
+        head += [pa.field("kernel_index", pa.int32()), pa.field("kernel_name", pa.string())]
+    else:
+        head += [pa.field("n_kernels", pa.int32()), pa.field("kernel_names", pa.string())]
+    cols = [pa.field(m, pa.string() if m in string_metrics else pa.float64()) for m in metrics]
+    return _schema(name, [*head, *cols, pa.field("error", pa.string())])
+
+
+def _ncu_default(per_kernel: bool) -> pa.Schema:
+    from features.ncu.metrics import DEFAULT_METRICS
+
+    return ncu_schema("ncu_kernels" if per_kernel else "ncu", list(DEFAULT_METRICS), per_kernel=per_kernel)
+
+
+NCU_KERNELS = _ncu_default(True)
+NCU = _ncu_default(False)
