@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -19,7 +20,8 @@ from features import schema as S
 from pipeline import database as D
 from pipeline.errors import PipelineError
 from pipeline.reference import make_reference
-from pipeline.runner.supervise import run_jobs
+from pipeline.runner.bundle import export_bundle, read_results
+from pipeline.runner.kernel_runner import run_jobs
 from pipeline.stages.sample import shard_of
 from pipeline.workspace import Workspace, read_table, write_part
 
@@ -71,10 +73,17 @@ def write_back(ws: Workspace, measured: pd.DataFrame) -> int:
     return n
 
 
+MODES = ("local", "export", "import")
+
+
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     kind = device_kind(cfg)
-    ensure_device(kind)
+    mode = str(cfg.measure.mode)
+    if mode not in MODES:
+        raise PipelineError(f"measure.mode={mode!r}; valid: {', '.join(MODES)}")
+    if mode == "local":
+        ensure_device(kind)
     kernels = shard_of(read_table(ws.require(ws.kernels, "replay"), S.KERNELS), cfg)
     if cfg.force and ws.measurements.exists():
         for p in ws.measurements.glob(f"part-{int(cfg.shard.index):04d}-*.parquet"):
@@ -105,13 +114,38 @@ def run(cfg) -> dict:
     opts = dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
                 rtol=float(m.rtol), atol=float(m.atol))
     counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0}
+    if mode == "export":
+        dest = ws.root / f"bundle-{int(cfg.shard.index)}"
+        archive = export_bundle(ws.root, jobs, dest, kind, opts, float(m.timeout_s), bool(m.bundle_runtime))
+        log.info("wrote %s (%d kernels); run RUN.txt's command on the device host, then "
+                 "`python -m pipeline stage=measure measure.mode=import measure.results=<results.jsonl>`",
+                 archive, len(jobs))
+        return {"exported": len(jobs), "bundle": str(archive)}
+    if mode == "import":
+        if not m.results:
+            raise PipelineError("measure.mode=import needs measure.results=<path to results.jsonl from the device host>")
+        try:
+            imported = read_results(Path(str(m.results)))
+        except FileNotFoundError as e:
+            raise PipelineError(f"measure.results={m.results}: no such file") from e
+        wanted = {j["record_id"] for j in jobs}
+        batches = [[r for r in imported if r["record_id"] in wanted]]
+        missing = len(wanted) - len(batches[0])
+        if missing:
+            log.warning("%d kernel(s) have no result in %s; they stay unmeasured", missing, m.results)
+    else:
+        batches = None
     bar = tqdm(total=len(jobs), desc="measure", unit="kernel")
     size = max(1, int(m.batch_size))
-    workdir = ws.root / "runner" / f"shard-{int(cfg.shard.index)}"
-    for start in range(0, len(jobs), size):
-        batch = jobs[start:start + size]
-        results = run_jobs(batch, workdir, ws.root, kind, opts, float(m.timeout_s))
-        task_of = {j["record_id"]: j["task_id"] for j in batch}
+    results_file = ws.root / "runner" / f"results-{int(cfg.shard.index)}.jsonl"
+    task_of = {j["record_id"]: j["task_id"] for j in jobs}
+    for start in range(0, len(jobs), size) if batches is None else range(len(batches)):
+        if batches is None:
+            batch = jobs[start:start + size]
+            results_file.unlink(missing_ok=True)
+            results = run_jobs(batch, results_file, ws.root, kind, opts, float(m.timeout_s))
+        else:
+            results = batch = batches[start]
         rows = []
         for res in results:
             row = {k: v for k, v in res.items() if k != "event"}

@@ -33,6 +33,10 @@ def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: 
     """Up to `n` schedules with distinct traces, drawn by a MetaSchedule search strategy."""
     from tvm.s_tir import meta_schedule as ms
 
+    from pipeline.tvm_compat import preload_tensor_intrin
+
+    preload_tensor_intrin()
+
     if strategy not in STRATEGIES:
         raise ValueError(f"sample.strategy={strategy!r}; valid: {', '.join(STRATEGIES)}")
     ctx = ms.TuneContext(

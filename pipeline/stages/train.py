@@ -66,7 +66,7 @@ def predict_rate(model, table, n: int) -> float:
 def train_one(cfg, ws, mcfg: dict, table, split) -> dict:
     """Fit, evaluate and log one model on one feature set; returns its summary row."""
     seed = int(cfg.seed)
-    threads = int(cfg.jobs) or os.cpu_count() or 1
+    threads = int(cfg.train.threads) or int(cfg.jobs) or os.cpu_count() or 1
     model = registry.build(mcfg, table.spec, seed=seed, threads=threads)
     if hasattr(model, "bind"):
         model.bind(ws)
@@ -114,7 +114,7 @@ def run(cfg) -> dict:
         if not todo:
             continue
         try:
-            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [])
+            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [], device=str(cfg.target.device))
         except FeatureSetError as e:
             if explicit:
                 raise

@@ -1,0 +1,83 @@
+"""Build here, run there: a self-contained folder of kernels for a GPU host.
+
+The bundle holds the exported kernels, the reference inputs/outputs, the job list,
+kernel_runner.py and (optionally) a runtime-only copy of TVM: the installed `tvm`
+package without its compiler library, headers and sources (about 30 MB instead of
+300). On the GPU host:
+
+    tar xzf bundle.tar.gz && cd bundle
+    TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 kernel_runner.py \\
+        --jobs jobs.jsonl --out results.jsonl --device cuda
+
+and back here: `python -m pipeline stage=measure measure.mode=import
+measure.results=<path>/results.jsonl`. The host also needs `apache-tvm-ffi` for its
+Python version (a wheel of 3 MB; `pip download apache-tvm-ffi==<pin> --python-version
+3.12 --only-binary=:all:` fetches it for a Python 3.12 host).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pipeline.runner import kernel_runner
+
+# Parts of the installed `tvm` package a runtime-only host does not need.
+COMPILER_ONLY = ("lib/libtvm_compiler.so", "3rdparty", "include", "src")
+
+RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 kernel_runner.py "
+               "--jobs jobs.jsonl --out results.jsonl --device {device} --timeout-s {timeout}")
+
+
+def runtime_tree(dest: Path) -> Path:
+    """Copy the installed `tvm` package into `dest/tvm` without its compiler parts."""
+    import tvm
+
+    src = Path(tvm.__file__).resolve().parent
+    skip = {src / p for p in COMPILER_ONLY}
+
+    def ignore(folder, names):
+        return [n for n in names if Path(folder) / n in skip or n == "__pycache__"]
+
+    out = dest / "tvm"
+    shutil.copytree(src, out, ignore=ignore, dirs_exist_ok=True)
+    return out
+
+
+def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing: dict, timeout_s: float,
+                  with_runtime: bool) -> Path:
+    """Write the bundle folder and its .tar.gz; returns the archive's path."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for j in jobs:
+        for key in ("artifact", "reference"):
+            if j.get(key):
+                target = dest / j[key]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not target.exists():
+                    shutil.copy2(root / j[key], target)
+    (dest / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    shutil.copy2(kernel_runner.__file__, dest / "kernel_runner.py")
+    cmd = RUN_COMMAND.format(device=device, timeout=timeout_s)
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in timing.items())
+    (dest / "RUN.txt").write_text(f"{cmd} {flags}\n")
+    if with_runtime:
+        runtime_tree(dest / "runtime")
+    return Path(shutil.make_archive(str(dest), "gztar", root_dir=dest.parent, base_dir=dest.name))
+
+
+def read_results(path: Path) -> list[dict]:
+    """The `done` events of a results.jsonl written by kernel_runner.py."""
+    if not path.exists():
+        raise FileNotFoundError(path)
+    out = {}
+    for line in path.read_text().splitlines():
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if ev.get("event") == "done":
+            out[ev["record_id"]] = ev
+    return list(out.values())
