@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -168,3 +166,28 @@ def test_join_uses_task_ids_of_stage_tasks(records, shared_fixtures):
     assert len(ids) >= 4
     assert all(len(v) == 16 for v in ids.values())
     assert DS.record_files(shared_fixtures, "llvm") == []  # the fixtures hold no measure_records/
+
+
+def test_cpu_rfactor_record_replays_on_a_softmax(shared_fixtures):
+    """ResNet-50's softmax record (RF, CR, CA of write-back stages) on TOPI's softmax,
+    the op behind that workload key (same four stages, same order)."""
+    import tvm
+    from tvm import te, topi
+
+    from pipeline.tenset.graph import DAG, ansor_stage_order
+
+    recs, _ = R.read_records([shared_fixtures / "ansor_records" / "resnet-50-NHWC-B1-llvm.json"])
+    rec = next(r for r in recs if any(s[0] == "RF" for s in r.steps))
+    assert R.workload_args(rec.workload_key)[1] == [1, 1000, 1, 1000]
+    x = te.placeholder((1, 1000), name="x")
+    y = topi.nn.softmax(x)
+    dag = DAG([x, y], ansor_stage_order([x, y]))
+    assert [op.name for op in dag.ops] == ["x", "T_softmax_maxelem", "T_softmax_exp", "T_softmax_expsum",
+                                           "T_softmax_norm"]
+    sch = RP.replay(dag.prim_func(), dag.ops, rec.steps, "llvm")
+    script = sch.mod.script()
+    assert script.count("T.sblock_alloc_buffer((1, 20))") == 1 and script.count("T.sblock_alloc_buffer((1, 50))") == 1
+    a = np.random.default_rng(0).uniform(-3, 3, (1, 1000)).astype("float32")
+    got = _run_llvm(sch.mod, [a, np.zeros_like(a)])[-1]
+    e = np.exp(a - a.max())
+    np.testing.assert_allclose(got, e / e.sum(), rtol=1e-5, atol=1e-7)

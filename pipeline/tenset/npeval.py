@@ -67,28 +67,19 @@ class _Eval:
         if n["type_key"] != "ComputeOp":
             raise EvalError(f"unsupported op {n['type_key']}")
         a = n["attrs"]
-        axis = self.arr(a["axis"])
-        raxis = self.arr(a["reduce_axis"])
-        ext = []
-        var_of = []
-        for r in axis:
+        ext, var_of = [], []
+        for r in self.arr(a["axis"]):
             iv = self.node(r)["attrs"]
             dom = self.node(iv["dom"])["attrs"]
             ext.append((self.const(dom["min"]), self.const(dom["extent"])))
             var_of.append(int(iv["var"]))
-        rext, rvar = [], []
-        env0: dict = {}
-        bodies = self.arr(a["body"])
-        outs = []
-        shape = [e for _, e in ext]
-        dtypes = [self.node(b)["attrs"]["dtype"] for b in bodies]
-        results = [np.empty(shape, dtype=_np_dtype(d)) for d in dtypes]
-        # reduce axes (their bounds may use spatial vars only through constants here)
+        shape, nd = [e for _, e in ext], len(ext)
         # Reduce bounds may be written in the spatial vars (adaptive pooling) while being
         # constant: evaluate them over the whole space and require one value.
-        senv = {v: np.arange(lo, lo + e).reshape([1] * d + [-1] + [1] * (len(ext) - d - 1))
+        senv = {v: np.arange(lo, lo + e).reshape([1] * d + [-1] + [1] * (nd - d - 1))
                 for d, ((lo, e), v) in enumerate(zip(ext, var_of))}
-        for r in raxis:
+        rext, rvar = [], []
+        for r in self.arr(a["reduce_axis"]):
             iv = self.node(r)["attrs"]
             dom = self.node(iv["dom"])["attrs"]
             bounds = []
@@ -99,41 +90,38 @@ class _Eval:
                 bounds.append(int(vals[0]))
             rext.append(tuple(bounds))
             rvar.append(int(iv["var"]))
+        nr = len(rext)
+        bodies = self.arr(a["body"])
+        results = [np.empty(shape, dtype=_np_dtype(self.node(b)["attrs"]["dtype"])) for b in bodies]
+        # Chunk the largest spatial axis so that one chunk's iteration space stays small.
         rsize = int(np.prod([e for _, e in rext])) if rext else 1
         total = int(np.prod(shape)) if shape else 1
-        # chunk the largest spatial axis so that one chunk's iteration space stays small
         cdim = int(np.argmax(shape)) if shape else None
         step = shape[cdim] if shape else 1
         while shape and step > 1 and (total // shape[cdim]) * step * rsize > self.max_elems:
             step = max(1, step // 2)
-        starts = range(0, shape[cdim], step) if shape else [0]
-        nd, nr = len(shape), len(rext)
-        for s in starts:
-            env = dict(env0)
-            sub = list(shape)
+        for s in (range(0, shape[cdim], step) if shape else [0]):
+            env, sub = {}, list(shape)
             for d, ((lo, e), v) in enumerate(zip(ext, var_of)):
                 rng = np.arange(lo + s, lo + min(s + step, e)) if d == cdim else np.arange(lo, lo + e)
-                if d == cdim:
-                    sub[d] = len(rng)
+                sub[d] = len(rng)
                 env[v] = rng.reshape([1] * d + [-1] + [1] * (nd - d - 1) + [1] * nr)
             for j, ((lo, e), v) in enumerate(zip(rext, rvar)):
                 env[v] = np.arange(lo, lo + e).reshape([1] * nd + [1] * j + [-1] + [1] * (nr - j - 1))
             self.full = tuple(sub) + tuple(e for _, e in rext)
+            idx = tuple(slice(s, s + sub[d]) if d == cdim else slice(None) for d in range(nd))
             for k, b in enumerate(bodies):
-                val = self.expr(b, env, nd=nd, nr=nr, sub=sub)
-                val = np.broadcast_to(val, sub).astype(results[k].dtype, copy=False)
-                idx = tuple(slice(s, s + sub[d]) if d == cdim else slice(None) for d in range(nd))
-                results[k][idx] = val
-        outs = results
-        return outs
+                val = self.expr(b, env, nd=nd, nr=nr)
+                results[k][idx] = np.broadcast_to(val, sub).astype(results[k].dtype, copy=False)
+        return results
 
     # -- expressions -----------------------------------------------------------------
-    def expr(self, ref, env, nd=0, nr=0, sub=None):
+    def expr(self, ref, env, nd=0, nr=0):
         n = self.node(ref)
         k = n["type_key"]
         a = n.get("attrs", {})
         dt = a.get("dtype")
-        E = lambda r: self.expr(r, env, nd, nr, sub)  # noqa: E731
+        E = lambda r: self.expr(r, env, nd, nr)  # noqa: E731
         if k == "IntImm":
             return np.array(int(a["value"]), dtype=_np_dtype(dt))
         if k == "FloatImm":

@@ -285,7 +285,7 @@ class Replayer:
             new = self._loops_under(prod.block, loop)
             if len(new) != n:
                 raise ReplayError(f"compute_at gave {len(new)} loops for {prod.name}, expected {n}")
-            prod.iters = new
+            prod.iters = self._in_ansor_order(prod.block, new)
         prod.attached = True
 
     def _follow_compute_at(self, prod: _Stage, cons: _Stage, k: int):
@@ -338,6 +338,97 @@ class Replayer:
         out = _Stage(st.name, copy, self.sch.get(copy).writes[0].source, list(self.sch.get_loops(copy)))
         self.stages[int(sid)] = out
         self.stages.insert(int(sid), compute)
+
+    def _step_RF(self, sid, iid, factor_iter_id):
+        """rfactor: the new stage (inserted at sid) iterates the original spatial axes with
+        the factored reduce iterator inserted at `factor_iter_id`, then the remaining
+        reduce iterators; the original stage (now sid+1) writes back over the factor."""
+        st = self._compute(sid)
+        if st.attached:
+            raise ReplayError("rfactor of an attached stage")
+        loop = self._iter(st, iid)
+        if loop is None:
+            raise ReplayError("rfactor of a unit iterator")
+        kinds = self._loop_kinds(st.block, st.iters)
+        if kinds[int(iid)] != "R":
+            raise ReplayError(f"iterator {iid} of {st.name} is not a reduction iterator")
+        spatial = [lp for lp, k in zip(st.iters, kinds) if k == "S"]
+        reduce = [lp for i, (lp, k) in enumerate(zip(st.iters, kinds)) if k == "R" and i != int(iid)]
+        if len(spatial) + len(reduce) + 1 != len(st.iters):
+            raise ReplayError(f"rfactor of {st.name}, whose iterators mix spatial and reduce axes")
+        f = int(factor_iter_id)
+        pos = {id(lp): j for j, lp in enumerate(st.iters)}
+        rf = self.sch.rfactor(loop, f)
+        # s_tir rebuilds the loop nest around the rfactor block with the same structure.
+        new = list(self.sch.get_loops(rf))
+        if len(new) != len(st.iters):
+            raise ReplayError(f"rfactor gave {len(new)} loops, {st.name} had {len(st.iters)}")
+        at = lambda lp: new[pos[id(lp)]]  # noqa: E731
+        rf_stage = _Stage(f"{st.name}.rf", rf, self.sch.get(rf).writes[0].source,
+                          [at(x) for x in spatial[:f]] + [at(loop)] + [at(x) for x in spatial[f:]]
+                          + [at(x) for x in reduce])
+        wb = _Stage(st.name, st.block, st.buffer,
+                    self._in_ansor_order(st.block, list(self.sch.get_loops(st.block))))
+        self.stages[int(sid)] = wb
+        self.stages.insert(int(sid), rf_stage)
+
+    def _in_ansor_order(self, block, loops: list) -> list:
+        """Fresh loops of a block (one per block var) in the order Ansor gives a fresh
+        stage's iterators: spatial axes, then reduce axes. s_tir puts an rfactor
+        write-back's reduce var first; such loops are reordered to match."""
+        from tvm.tirx.analysis import undefined_vars
+
+        realize = self._realize(block)
+        rank = {}
+        for i, (iv, val) in enumerate(zip(self.sch.get(block).iter_vars, realize.iter_values)):
+            key = (int(iv.iter_type) == 2, i)
+            for v in undefined_vars(val):
+                rank.setdefault(v, key)
+        keys = [rank.get(self.sch.get(lp).loop_var, (False, -1)) for lp in loops]
+        order = sorted(range(len(loops)), key=lambda j: (keys[j], j))
+        if order != list(range(len(loops))):
+            self.sch.reorder(*[loops[j] for j in order])
+        return [loops[j] for j in order]
+
+    def _loop_kinds(self, block, loops) -> list[str]:
+        """'S' / 'R' / 'M' (mixed) for each loop: the kinds of the block vars it binds."""
+        from tvm.tirx.analysis import undefined_vars
+
+        realize = self._realize(block)
+        ivars = self.sch.get(block).iter_vars
+        used: dict = {}
+        for iv, val in zip(ivars, realize.iter_values):
+            kind = "R" if int(iv.iter_type) == 2 else "S"
+            for v in undefined_vars(val):
+                used.setdefault(v, set()).add(kind)
+        out = []
+        for lp in loops:
+            if lp is None:
+                out.append("S")
+                continue
+            k = used.get(self.sch.get(lp).loop_var, {"S"})
+            out.append(k.pop() if len(k) == 1 else "M")
+        return out
+
+    def _realize(self, block):
+        from tvm.s_tir import SBlockRealize
+
+        loops = self.sch.get_loops(block)
+        if not loops:
+            raise ReplayError("a block without loops")
+        target = self.sch.get(block)
+        todo = [self.sch.get(loops[-1]).body]
+        while todo:
+            s = todo.pop()
+            if isinstance(s, SBlockRealize):
+                if s.block.same_as(target):
+                    return s
+                continue
+            if hasattr(s, "seq"):
+                todo.extend(s.seq)
+            elif hasattr(s, "body"):
+                todo.append(s.body)
+        raise ReplayError("the block's realize was not found under its loop")
 
     # -- end ---------------------------------------------------------------------------
     def _infer_scopes(self):
