@@ -34,6 +34,19 @@ TASKS = _schema(
     ],
 )
 
+# A task that several networks share has one row in TASKS (weights summed, first
+# network's name) and one row per network here: held-out-network splits and TenSet's
+# weighted scores read this table.
+NETWORK_TASKS = _schema(
+    "network_tasks",
+    [
+        pa.field("network", pa.string()),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("weight", pa.int64()),  # calls of the task in this network
+    ],
+)
+
 CANDIDATES = _schema(
     "candidates",
     [

@@ -45,6 +45,10 @@ class Workspace:
         return self.root / "tasks.parquet"
 
     @property
+    def network_tasks(self) -> Path:
+        return self.root / "network_tasks.parquet"
+
+    @property
     def db_workload(self) -> Path:
         return self.root / "database_workload.json"
 

@@ -30,6 +30,36 @@ def flops_of(mod) -> float:
         return float("nan")
 
 
+def select_tasks(workloads: list, limit: int) -> list:
+    """At most `limit` tasks: for networks, round-robin over networks, heaviest first
+    (weight x FLOPs), so that a small budget still covers every network."""
+    if not any(w.network for w in workloads):
+        return workloads[:limit]
+    by_net: dict[str, list] = {}
+    for w in sorted(workloads, key=lambda w: -w.weight * max(flops_of(w.mod), 0.0)):
+        by_net.setdefault(w.network, []).append(w)
+    out, queues = [], list(by_net.values())
+    while len(out) < limit and any(queues):
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop(0))
+    return out
+
+
+def network_rows(workloads: list) -> list[dict]:
+    """One row per (network, task): a task shared by two networks counts in both."""
+    from pipeline import identity
+
+    rows: dict[tuple, dict] = {}
+    for w in workloads:
+        key = (w.network, identity.task_id(w.mod))
+        if key in rows:
+            rows[key]["weight"] += int(w.weight)
+        else:
+            rows[key] = dict(network=w.network, task_id=key[1], name=w.name, weight=int(w.weight))
+    return list(rows.values())
+
+
 def run(cfg) -> dict:
     from tvm.s_tir import meta_schedule as ms
 
@@ -43,9 +73,7 @@ def run(cfg) -> dict:
     workloads = load_workloads(cfg, target)
     limit = cfg.budget.max_tasks
     if limit is not None and len(workloads) > int(limit):
-        # Keep the heaviest tasks of a network (weight x FLOPs) when the budget is small.
-        workloads = sorted(workloads, key=lambda w: -w.weight * max(flops_of(w.mod), 0.0))[: int(limit)] \
-            if any(w.network for w in workloads) else workloads[: int(limit)]
+        workloads = select_tasks(workloads, int(limit))
     ws.root.mkdir(parents=True, exist_ok=True)
     for p in (ws.db_workload, ws.db_tuning_record):
         if p.exists():
@@ -65,5 +93,6 @@ def run(cfg) -> dict:
                  workload_index=len(rows))
         )
     write_table(rows, S.TASKS, ws.tasks)
+    write_table(network_rows(workloads), S.NETWORK_TASKS, ws.network_tasks)
     log.info("wrote %d tasks to %s", len(rows), ws.tasks)
     return {"tasks": len(rows)}
