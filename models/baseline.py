@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,17 @@ from pipeline.workspace import Workspace, read_table
 log = logging.getLogger(__name__)
 
 N_PER_STORE = 164  # PerStoreFeature's vector length with its default settings
+
+
+def import_meta_schedule():
+    """tvm.s_tir.meta_schedule, with the tensor intrinsics that TuneContext imports preloaded
+    the fast way (features.static.preload_tensor_intrinsics: seconds instead of minutes)."""
+    from features.static import preload_tensor_intrinsics
+
+    preload_tensor_intrinsics()
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms
 
 
 class MSXGBModel(CostModel):
@@ -63,7 +73,7 @@ class MSXGBModel(CostModel):
         self._workloads = D.read_workload_lines(self.ws)
 
     def _context_and_candidates(self, task_id: str, record_ids: list[str]):
-        from tvm.s_tir import meta_schedule as ms
+        ms = import_meta_schedule()
 
         from pipeline.targets import make_target
 
@@ -83,7 +93,7 @@ class MSXGBModel(CostModel):
     # -- training and prediction through MetaSchedule's API
 
     def fit(self, train, val) -> dict:
-        from tvm.s_tir import meta_schedule as ms
+        ms = import_meta_schedule()
         from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
         self._load_ws()
@@ -109,10 +119,10 @@ class MSXGBModel(CostModel):
     def predict(self, table) -> np.ndarray:
         self._load_ws()
         out = np.zeros(len(table), dtype=np.float64)
-        pos = pd.Series(np.arange(len(table)), index=table.frame["record_id"])
-        for tid, g in table.frame.groupby("task_id", sort=True):
+        frame = table.frame.reset_index(drop=True)
+        for tid, g in frame.groupby("task_id", sort=True):
             ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
-            out[pos[g["record_id"]].to_numpy()] = self.ms_model.predict(ctx, cands)
+            out[g.index.to_numpy()] = self.ms_model.predict(ctx, cands)
         return out
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:

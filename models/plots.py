@@ -53,7 +53,7 @@ def importance(imp: pd.Series, title: str, path: Path, top: int = 30) -> Path:
     ax.set_xlabel("total gain")
     ax.set_title(title, fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.45, right=0.97, top=0.94, bottom=0.1)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -82,13 +82,16 @@ def compare_chart(table: pd.DataFrame, metrics: list[str], path: Path) -> Path:
     cols = [m for m in metrics if m in table.columns]
     x = np.arange(len(labels))
     w = 0.8 / max(len(cols), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 5))
+    ax.set_title("test part, per run (model/features/split); missing values drawn as 0", fontsize=9)
     for i, m in enumerate(cols):
-        ax.bar(x + i * w - 0.4 + w / 2, table[m].astype(float).fillna(0).to_numpy(), w, label=m)
+        ax.bar(x + i * w - 0.4 + w / 2, table[m].astype(float).fillna(0).to_numpy(), w, label=m.replace("test_", ""))
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=7)
-    ax.set_ylim(0, 1.05)
-    ax.legend(fontsize=7, ncol=min(len(cols), 4))
+    lo = min(0.0, float(np.nanmin(table[cols].astype(float).to_numpy()))) if cols and len(table) else 0.0
+    ax.set_ylim(lo - 0.05 if lo < 0 else 0, 1.05)
+    ax.axhline(0, color="black", lw=0.6)
+    ax.legend(fontsize=7, ncol=min(len(cols), 5), loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -148,11 +148,39 @@ def target_kind(ws: Workspace) -> str:
 
 
 def load_static(ws: Workspace) -> StaticFeatures:
-    raise NotImplementedError  # filled in below once features/schema.py names the tables
+    """stage=collect's PerStoreFeature tables (error rows left out)."""
+    from features import static
+
+    if not (ws.features / "static").exists():
+        raise FeatureSetError(f"{ws.features / 'static'} does not exist: run `python -m pipeline stage=collect` "
+                              f"for workspace '{ws.name}' first.")
+    program, stores = static.load(ws)
+    return StaticFeatures(program, stores[["record_id", STORE_INDEX, *S.PER_STORE_FEATURE_NAMES]])
 
 
-def load_profiler(ws: Workspace, kind: str) -> tuple[pd.DataFrame, dict]:
-    raise NotImplementedError
+def load_profiler(ws: Workspace, kind: str, device: str) -> tuple[pd.DataFrame, dict]:
+    """Per-record profiler counters of `device` (CPU counters or Nsight Compute) and, for
+    columns without values, why. Error rows are left out."""
+    if kind == "cuda":
+        folder = ws.features / "ncu"
+        part = folder / f"device={device}"
+        path = part if part.exists() else folder
+        if not path.exists() or not any(path.rglob("*.parquet")):
+            raise FeatureSetError(f"{path} has no Nsight Compute table: run `python -m pipeline stage=collect` on "
+                                  f"the GPU host for workspace '{ws.name}', or use features=static.")
+        df = read_table(path)
+        if "error" in df.columns:
+            df = df[df["error"].isna()]
+        df = df.drop(columns=[c for c in ("error", "n_kernels", "kernel_names", "device") if c in df.columns])
+        return df.drop_duplicates("record_id", keep="last").reset_index(drop=True), {}
+    from features import cpu_counters
+
+    path = ws.features / "cpu" / f"device={device}"
+    if not path.exists() or not any(path.rglob("*.parquet")):
+        raise FeatureSetError(f"{path} has no CPU counter table: run `python -m pipeline stage=collect` for "
+                              f"workspace '{ws.name}' (target={device}), or use features=static.")
+    df, reasons = cpu_counters.load(ws, device)
+    return df.drop(columns=[c for c in ("device", "calls") if c in df.columns]), reasons
 
 
 def _usable_columns(df: pd.DataFrame, exclude: list[str]) -> tuple[list[str], dict]:
@@ -173,7 +201,7 @@ def _usable_columns(df: pd.DataFrame, exclude: list[str]) -> tuple[list[str], di
     return cols, dropped
 
 
-def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = None) -> TrainingTable:
+def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = None, device: str | None = None) -> TrainingTable:
     """The training table of a workspace for one feature set (see the module docstring)."""
     if feature_set not in FEATURE_SETS:
         raise FeatureSetError(f"features={feature_set!r} is not a feature set; valid: {', '.join(FEATURE_SETS)}")
@@ -193,9 +221,9 @@ def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = Non
         stores_df = st.stores
         notes["static_dropped"] = dropped
     if feature_set in ("profiler", "all"):
-        prof, reasons = load_profiler(ws, kind)
+        prof, reasons = load_profiler(ws, kind, device or ("cpu" if kind == "cpu" else ""))
         cols, dropped = _usable_columns(prof, exclude)
-        dropped.update({c: reasons.get(c, r) for c, r in dropped.items()})
+        dropped.update({c: reasons[c] for c in dropped if c in reasons})
         if prof.empty or not cols:
             why = "; ".join(f"{c}: {r}" for c, r in list(dropped.items())[:8]) or "no rows"
             raise FeatureSetError(
@@ -219,7 +247,7 @@ def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = Non
     store_columns: list[str] = []
     stores = offsets = None
     if stores_df is not None:
-        store_columns = [c for c in stores_df.columns if c not in ("record_id", STORE_INDEX)]
+        store_columns = list(S.PER_STORE_FEATURE_NAMES)
         sd = stores_df[stores_df["record_id"].isin(frame["record_id"])]
         sd = sd.assign(_pos=sd["record_id"].map(pd.Series(np.arange(len(frame)), index=frame["record_id"])))
         sd = sd.sort_values(["_pos", STORE_INDEX], kind="stable")

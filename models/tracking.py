@@ -173,7 +173,9 @@ def _log_models(model, saved: Path, table) -> None:
     elif model.flavor == "xgboost":
         mlflow.xgboost.log_model(model.native(), name="native", model_format="json", pip_requirements=base + flavor_pins)
     elif model.flavor == "pytorch":
-        mlflow.pytorch.log_model(model.native(), name="native", pip_requirements=base + flavor_pins)
+        # pickle: the default pt2 export traces one fixed input shape; stores per record vary
+        mlflow.pytorch.log_model(model.native(), name="native", serialization_format="pickle",
+                                 pip_requirements=base + flavor_pins)
     example = table.take(np.arange(min(len(table), 4))).store_frame()
     example = example[["record_id", *model.spec.columns, *model.spec.store_columns]]
     extra = _pins("apache-tvm", "apache-tvm-ffi") if model.name == "ms_xgb" else []

@@ -57,3 +57,22 @@ def measured_workspace(smoke_overrides) -> tuple[Path, list[str]]:
     from pipeline.workspace import Workspace
 
     return Workspace.from_cfg(compose(smoke_overrides)).root, smoke_overrides
+
+
+@pytest.fixture(scope="session")
+def collected_workspace(measured_workspace, tmp_path_factory) -> tuple[Path, list[str]]:
+    """(workspace root, overrides) of a copy of the measured workspace after stage=collect.
+
+    A copy, so that tests of collect itself (which re-run it with shards and force) and
+    tests that read its output do not depend on each other's order."""
+    import shutil
+
+    from pipeline.config import compose
+    from pipeline.workspace import Workspace
+
+    root, overrides = measured_workspace
+    data = tmp_path_factory.mktemp("collected")
+    shutil.copytree(root, data / root.name)
+    over = [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}"]
+    run_stage("collect", [*over, "collect.perf.min_time_s=0.01", "collect.perf.max_calls=50"])
+    return Workspace.from_cfg(compose(over)).root, over

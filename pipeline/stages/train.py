@@ -57,7 +57,7 @@ def predict_rate(model, table, n: int) -> float:
     if len(table) == 0:
         return float("nan")
     batch = table.take(np.resize(np.arange(len(table)), n))
-    model.predict(batch)  # warm-up (lazy imports, allocations)
+    model.predict(table.take(np.arange(min(len(table), 8))))  # warm-up (lazy imports, allocations)
     t0 = time.perf_counter()
     model.predict(batch)
     return n / max(time.perf_counter() - t0, 1e-9)

@@ -1,0 +1,128 @@
+"""Training time and prediction rate of the cost models at dataset scale.
+
+Takes the real training table of a workspace (one feature set), resamples its records with
+replacement to each requested size, and for each model measures
+  train_s        wall time of `fit` with a fixed budget (GBDT: --rounds boosting rounds, MLP:
+                 --epochs epochs; no validation part, so no early stopping)
+  predict_per_s  candidates scored per second for a batch of --batch candidates (median of
+                 --repeats calls on record rows of the table, features already extracted)
+  peak_rss_gb    the process's peak resident memory after the model (ru_maxrss)
+
+Usage (Hydra overrides select the workspace, as for the pipeline):
+  python benchmarks/train_throughput.py paths.data=/tmp/train_ws --rows 100000 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from models import registry  # noqa: E402
+from models.tables import build_table  # noqa: E402
+from pipeline.config import compose  # noqa: E402
+from pipeline.workspace import Workspace  # noqa: E402
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def resample(table, n: int, seed: int):
+    idx = np.random.default_rng(seed).integers(0, len(table), size=n)
+    return table.take(np.sort(idx))
+
+
+def model_cfg(name: str, rounds: int, epochs: int) -> dict:
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(registry.model_config(name), resolve=True)
+    cfg["rounds_without_val"] = rounds
+    cfg["max_epochs"] = epochs
+    cfg["max_seconds"] = 0
+    return cfg
+
+
+def predict_rate(model, table, batch: int, repeats: int) -> float:
+    sub = table.take(np.arange(min(batch, len(table))))
+    if len(sub) < batch:
+        sub = table.take(np.resize(np.arange(len(table)), batch))
+    arrays = model._arrays(sub) if hasattr(model, "_arrays") else (sub.records, sub.stores, sub.offsets)
+    model.predict_arrays(*arrays)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        model.predict_arrays(*arrays)
+        times.append(time.perf_counter() - t0)
+    return batch / float(np.median(times))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="Hydra overrides naming the workspace (paths.data=..., dataset=...)")
+    p.add_argument("--features", default="static", help="feature set: static | profiler | all")
+    p.add_argument("--models", nargs="+", default=["lgbm", "xgb", "mlp"])
+    p.add_argument("--rows", nargs="+", type=int, default=[100_000, 1_000_000])
+    p.add_argument("--rounds", type=int, default=100, help="boosting rounds of the GBDT models")
+    p.add_argument("--epochs", type=int, default=1, help="epochs of the MLP")
+    p.add_argument("--threads", type=int, default=0, help="threads per model (0 = all cores)")
+    p.add_argument("--batch", type=int, default=512, help="candidates per prediction call")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
+    args = p.parse_args(argv)
+
+    cfg = compose(list(args.overrides))
+    ws = Workspace.from_cfg(cfg)
+    from omegaconf import OmegaConf
+
+    fcfg = OmegaConf.load(registry.CONF / "features" / f"{args.features}.yaml")
+    base = build_table(ws, args.features, exclude=list(fcfg.get("exclude") or []), device=str(cfg.target.device))
+    threads = args.threads or os.cpu_count() or 1
+    stores_per = (len(base.stores) / len(base)) if base.stores is not None else 0.0
+    print(f"workspace {ws.root}: {len(base)} records, {len(base.spec.columns)} record columns, "
+          f"{len(base.spec.store_columns)} store columns, {stores_per:.2f} stores/record; threads {threads}, "
+          f"cpus {os.cpu_count()}")
+    results = []
+    for n in args.rows:
+        big = resample(base, n, seed=n)
+        gc.collect()
+        for name in args.models:
+            model = registry.build(model_cfg(name, args.rounds, args.epochs), base.spec, seed=0, threads=threads)
+            if name == "mlp":
+                model.params["threads"] = threads
+            empty = big.take(np.arange(0))
+            t0 = time.perf_counter()
+            model.fit(big, empty)
+            train_s = time.perf_counter() - t0
+            rate = predict_rate(model, base, args.batch, args.repeats)
+            budget = f"{args.rounds} rounds" if name != "mlp" else f"{args.epochs} epoch(s)"
+            row = {"model": name, "features": args.features, "rows": n, "budget": budget,
+                   "train_s": round(train_s, 2), "train_rows_per_s": round(n / train_s),
+                   "predict_per_s": round(rate), "peak_rss_gb": round(peak_rss_gb(), 2)}
+            results.append(row)
+            print(json.dumps(row), flush=True)
+            del model
+            gc.collect()
+        del big
+        gc.collect()
+    print()
+    print(f"{'model':<8}{'rows':>10}  {'budget':<12}{'train s':>9}{'rows/s':>10}{'pred/s (512)':>14}{'peak GB':>9}")
+    for r in results:
+        print(f"{r['model']:<8}{r['rows']:>10}  {r['budget']:<12}{r['train_s']:>9.1f}{r['train_rows_per_s']:>10}"
+              f"{r['predict_per_s']:>14}{r['peak_rss_gb']:>9.2f}")
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
