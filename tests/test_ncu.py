@@ -1,0 +1,186 @@
+"""Nsight Compute side: command line, harness, isolation logic and report parser.
+
+Everything except the profiling itself runs without a GPU. The parser runs on every real
+report under tests/fixtures/ncu/ (none is made up here: a .ncu-rep can only come from ncu
+on a GPU); the end-to-end test needs a GPU and ncu.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from features.ncu import command, harness, metrics, profile, report
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ncu"
+REPORTS = sorted(FIXTURES.glob("*.ncu-rep")) if FIXTURES.exists() else []
+
+
+def test_command_with_metric_list():
+    cmd = command.build_command(["python", "h.py", "--manifest", "m.json"], "/r/b.ncu-rep", ncu="/opt/ncu",
+                                metrics=["gpu__time_duration.sum", "dram__bytes_read.sum"],
+                                clock_control="none", cache_control="all")
+    assert cmd[0] == "/opt/ncu" and cmd[-4:] == ["python", "h.py", "--manifest", "m.json"]
+    opts = dict(zip(cmd, cmd[1:]))
+    assert opts["--export"] == "/r/b.ncu-rep" and "--force-overwrite" in cmd
+    assert "--nvtx" in cmd and opts["--nvtx-include"] == f"regex:{command.NVTX_DOMAIN}@.+/"
+    assert opts["--clock-control"] == "none" and opts["--cache-control"] == "all"
+    assert opts["--metrics"] == "gpu__time_duration.sum,dram__bytes_read.sum" and "--set" not in cmd
+
+
+def test_command_with_section_set_and_bad_values():
+    cmd = command.build_command(["x"], "b.ncu-rep", section_set="full", extra_args=["--target-processes", "all"])
+    assert cmd[cmd.index("--set") + 1] == "full" and "--metrics" not in cmd
+    assert cmd[-3:] == ["--target-processes", "all", "x"]
+    with pytest.raises(ValueError, match="clock_control"):
+        command.build_command(["x"], "b.ncu-rep", metrics=["a"], clock_control="boost")
+    with pytest.raises(ValueError, match="cache_control"):
+        command.build_command(["x"], "b.ncu-rep", metrics=["a"], cache_control="some")
+    with pytest.raises(ValueError, match="not both"):
+        command.build_command(["x"], "b.ncu-rep", metrics=["a"], section_set="full")
+    with pytest.raises(ValueError, match=".ncu-rep"):
+        command.build_command(["x"], "b.rep", metrics=["a"])
+
+
+def test_default_metric_list():
+    names = metrics.DEFAULT_METRICS
+    assert len(names) == len(set(names)) and metrics.TIME_METRIC in names
+    assert {"time", "throughput", "memory", "cache", "occupancy", "launch", "instructions", "stalls",
+            "bank_conflicts"} <= set(metrics.GROUPS)
+    assert sum("warps_issue_stalled" in n for n in names) == len(metrics.STALL_REASONS)
+    assert metrics.resolve("default") == list(names)
+    assert metrics.resolve(["a.sum", "b", "a.sum"]) == ["a.sum", "b"]
+    with pytest.raises(ValueError):
+        metrics.resolve([])
+
+
+def test_aggregate_sums_counters_and_weights_rates_by_time():
+    rows = [
+        {"record_id": "r", "kernel_index": 0, "kernel_name": "main_kernel", "gpu__time_duration.sum": 1000.0,
+         "dram__bytes_read.sum": 10.0, "sm__throughput.avg.pct_of_peak_sustained_elapsed": 80.0, "x.str": "a"},
+        {"record_id": "r", "kernel_index": 1, "kernel_name": "main_kernel_1", "gpu__time_duration.sum": 3000.0,
+         "dram__bytes_read.sum": 30.0, "sm__throughput.avg.pct_of_peak_sustained_elapsed": 40.0, "x.str": "b"},
+        {"record_id": "q", "kernel_index": 0, "kernel_name": "main_kernel", "gpu__time_duration.sum": 5.0,
+         "dram__bytes_read.sum": None, "sm__throughput.avg.pct_of_peak_sustained_elapsed": 10.0, "x.str": None},
+    ]
+    cols = ["gpu__time_duration.sum", "dram__bytes_read.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed", "x.str"]
+    out = {r["record_id"]: r for r in report.aggregate(rows, cols, {"x.str"})}
+    r = out["r"]
+    assert r["n_kernels"] == 2 and r["kernel_names"] == "main_kernel;main_kernel_1"
+    assert r["gpu__time_duration.sum"] == 4000.0 and r["dram__bytes_read.sum"] == 40.0
+    assert r["sm__throughput.avg.pct_of_peak_sustained_elapsed"] == pytest.approx(50.0)
+    assert r["x.str"] == "a"
+    assert out["q"]["dram__bytes_read.sum"] is None and out["q"]["x.str"] is None
+
+
+def test_settle_isolates_crash_hang_and_lost_reports():
+    batch = ["a", "b", "c", "d"]
+    # c crashed the process while running: a, b done and profiled; d never started.
+    acc, err, retry = profile.settle(batch, ["a", "b", "c"], {"a": None, "b": None}, {"a", "b"}, True,
+                                     "crashed: signal SIGSEGV", {})
+    assert acc == ["a", "b"] and err == {"c": "crashed: signal SIGSEGV"} and retry == ["d"]
+    # b raised in the harness: an error row, the others go on.
+    acc, err, retry = profile.settle(batch, batch, {k: None for k in batch} | {"b": "TVMError: x"},
+                                     {"a", "c", "d"}, True, None, {})
+    assert acc == ["a", "c", "d"] and err == {"b": "run under ncu: TVMError: x"} and retry == []
+    # A hang: ncu was killed, no report: the kernels that finished run again once, the
+    # one that hung is an error.
+    tries: dict = {}
+    acc, err, retry = profile.settle(batch, ["a", "b"], {"a": None}, set(), False, "timeout: killed", tries)
+    assert acc == [] and err == {"b": "timeout: killed"} and retry == ["a", "c", "d"]
+    acc, err, retry = profile.settle(["a"], ["a"], {"a": None}, set(), False, "timeout", {"a": 1})
+    assert err == {"a": "ncu wrote no report (timeout)"} and retry == []
+    # Done, report written, but no launch in its range: an error, not an endless retry.
+    acc, err, retry = profile.settle(["a"], ["a"], {"a": None}, set(), True, None, {})
+    assert "no kernel launch" in err["a"] and retry == []
+
+
+def test_errors_that_no_retry_fixes():
+    with pytest.raises(profile.NcuError, match="NVreg_RestrictProfilingToAdminUsers=0"):
+        profile.check_output("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA "
+                             "GPU Performance Counters on the target device 0.")
+    with pytest.raises(profile.NcuError, match="collect.ncu.executable"):
+        profile.find_ncu("/nonexistent/ncu")
+    text = "==PROF== Connected\n==ERROR== Failed to find metric regex:^sm__nope.sum$\n"
+    assert profile.unknown_metrics(text, ["sm__nope.sum", "gpu__time_duration.sum", "sm__nope"]) == ["sm__nope.sum"]
+
+
+def test_harness_inputs_match_the_measure_runner():
+    from pipeline.runner import kernel_runner
+
+    for dtype, shape in (("float32", [3, 4]), ("int32", [5]), ("bool", [2, 2]), ("float16", [7])):
+        a = harness.random_array(np, dtype, shape, np.random.default_rng(0))
+        b = kernel_runner.random_array(np, dtype, shape, np.random.default_rng(0))
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path):
+    """The harness itself, for real, on llvm kernels (NVTX ranges are no-ops without a profiler)."""
+    from pipeline.config import compose
+    from pipeline.workspace import Workspace, read_table
+    from features import schema as S
+
+    root, over = measured_workspace
+    ws = Workspace.from_cfg(compose(over))
+    kernels = read_table(ws.kernels, S.KERNELS)
+    kernels = kernels[kernels["error"].isna()].head(2)
+    tasks = read_table(ws.tasks).set_index("task_id")
+    jobs = [{"record_id": r.record_id, "artifact": r.artifact, "args": json.loads(tasks.loc[r.task_id, "args_json"])}
+            for r in kernels.itertuples()]
+    jobs.insert(1, {"record_id": "missing", "artifact": "lib/missing.so", "args": []})
+    manifest, progress = tmp_path / "m.json", tmp_path / "p.jsonl"
+    manifest.write_text(json.dumps({"domain": command.NVTX_DOMAIN, "warmup": 1, "kernels": jobs}))
+    proc = subprocess.run([sys.executable, str(profile.HARNESS), "--manifest", str(manifest), "--progress",
+                           str(progress), "--root", str(ws.root), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    started, done = profile.read_progress(progress)
+    assert started == [j["record_id"] for j in jobs]
+    assert done[jobs[0]["record_id"]] is None and done[jobs[2]["record_id"]] is None
+    assert "missing.so" in done["missing"]
+    # A second run resumes: nothing left to do.
+    proc = subprocess.run([sys.executable, str(profile.HARNESS), "--manifest", str(manifest), "--progress",
+                           str(progress), "--root", str(ws.root), "--device", "cpu"], capture_output=True, timeout=300)
+    assert proc.returncode == 0 and profile.read_progress(progress)[0] == started
+
+
+@pytest.mark.parametrize("path", REPORTS or [None], ids=[p.name for p in REPORTS] or ["no-report"])
+def test_parse_real_reports(path):
+    if path is None:
+        pytest.skip(f"no .ncu-rep under {FIXTURES}: a report can only come from ncu on a GPU host "
+                    "(profile a workspace there and copy one report here)")
+    rep = report.read(str(path), command.NVTX_DOMAIN)
+    assert rep.rows, f"{path.name}: no launch in NVTX domain {command.NVTX_DOMAIN}"
+    for row in rep.rows:
+        assert row["record_id"] and row["kernel_name"]
+        assert row.get(metrics.TIME_METRIC) is None or row[metrics.TIME_METRIC] > 0
+    agg = report.aggregate(rep.rows, rep.metrics, rep.string_metrics)
+    assert {r["record_id"] for r in agg} == {r["record_id"] for r in rep.rows}
+    assert sum(r["n_kernels"] for r in agg) == len(rep.rows)
+
+
+@pytest.mark.gpu
+def test_ncu_end_to_end_on_gpu(tmp_path):
+    """Build a tiny CUDA workspace, profile it with ncu in one invocation, read the tables."""
+    if shutil.which("ncu") is None:
+        pytest.skip("ncu is not installed")
+    from pipeline.config import compose, run_stage
+    from pipeline.workspace import Workspace, read_table
+
+    over = [f"paths.data={tmp_path}", f"paths.ncu_profiles={tmp_path / 'ncu'}", "target=h100",
+            "dataset.ops=[GMM,SFM]", "dataset.configs=[0]", "budget=smoke", "budget.candidates_per_task=2",
+            "collect=ncu"]
+    for stage in ("tasks", "sample", "replay", "collect"):
+        out = run_stage(stage, over)
+    assert out["ncu"] + out["ncu_errors"] == 4 and out["ncu_invocations"] >= 1
+    ws = Workspace.from_cfg(compose(over))
+    per_record = read_table(ws.features / "ncu" / "device=h100")
+    ok = per_record[per_record["error"].isna()]
+    assert len(ok) >= 1 and (ok[metrics.TIME_METRIC] > 0).all()
+    assert list((tmp_path / "ncu").rglob("*.ncu-rep"))
