@@ -184,3 +184,32 @@ def test_ncu_end_to_end_on_gpu(tmp_path):
     ok = per_record[per_record["error"].isna()]
     assert len(ok) >= 1 and (ok[metrics.TIME_METRIC] > 0).all()
     assert list((tmp_path / "ncu").rglob("*.ncu-rep"))
+
+
+def test_ncu_tables_written_from_an_outcome(tmp_path):
+    """What the collect stage writes for one invocation's outcome (rows as the parser gives them)."""
+    import pyarrow.parquet as pq
+
+    from features import schema as S
+    from pipeline.stages.collect import write_ncu_part
+    from pipeline.workspace import read_table
+
+    cols = list(metrics.DEFAULT_METRICS)
+    kernels = [dict({c: 1.0 for c in cols}, record_id="r1", kernel_index=i, kernel_name=f"main_kernel_{i}")
+               for i in range(2)]
+    part = profile.Outcome(kernels=kernels, errors={"r2": "crashed: signal SIGSEGV"},
+                           units={metrics.TIME_METRIC: "nsecond"},
+                           dropped_metrics={"sm__maximum_warps_per_active_cycle_pct": "unknown on this device"})
+    jobs = [{"record_id": "r1", "task_id": "t"}, {"record_id": "r2", "task_id": "t"}]
+    rec, ker = tmp_path / "ncu" / "device=h100", tmp_path / "ncu_kernels" / "device=h100"
+    assert write_ncu_part(part, jobs, "ncu", cols, rec, ker, 0) == (1, 1)
+    per_record = read_table(rec, S.NCU).set_index("record_id")
+    assert per_record.loc["r1", "n_kernels"] == 2 and per_record.loc["r1", metrics.TIME_METRIC] == 2.0
+    assert per_record.loc["r1", "sm__throughput.avg.pct_of_peak_sustained_elapsed"] == 1.0
+    assert per_record.loc["r2", "error"].startswith("crashed") and np.isnan(per_record.loc["r2", metrics.TIME_METRIC])
+    per_kernel = read_table(ker, S.NCU_KERNELS)
+    assert len(per_kernel) == 3 and set(per_kernel["kernel_index"].dropna()) == {0, 1}
+    meta = pq.read_schema(next(rec.glob("*.parquet"))).metadata
+    assert json.loads(meta[b"pipeline.units"])[metrics.TIME_METRIC] == "nsecond"
+    assert "sm__maximum_warps_per_active_cycle_pct" in json.loads(meta[b"pipeline.null_reasons"])
+    assert list(read_table(rec, S.NCU).columns) == S.NCU.names

@@ -216,7 +216,7 @@ def collect_cpu(cfg, ws: Workspace, cands: pd.DataFrame) -> dict:
 
 def collect_ncu(cfg, ws: Workspace, cands: pd.DataFrame) -> dict:
     from features.ncu import metrics as M
-    from features.ncu import profile, report
+    from features.ncu import profile
 
     n = cfg.collect.ncu
     section_set = str(n.set) if n.get("set") else None
@@ -245,25 +245,10 @@ def collect_ncu(cfg, ws: Workspace, cands: pd.DataFrame) -> dict:
                            timeout_s=float(n.timeout_s), warmup=int(n.warmup), extra_args=list(n.extra_args))
     report_dir = Path(cfg.paths.ncu_profiles).expanduser().resolve() / ws.name / f"device={device}"
 
-    def schemas(part):
-        cols = list(metrics) if metrics else list(part.metrics)
-        meta = {b"pipeline.units": json.dumps(part.units).encode(),
-                b"pipeline.null_reasons": json.dumps(part.dropped_metrics).encode()}
-        mk = lambda per_kernel: S.ncu_schema(f"{name}_kernels" if per_kernel else name, cols,  # noqa: E731
-                                             frozenset(part.string_metrics), per_kernel)
-        return [s.with_metadata({**s.metadata, **meta}) for s in (mk(True), mk(False))], cols
-
     def write(part, settled_jobs):
-        (ks, rs), cols = schemas(part)
-        task_of = {j["record_id"]: j["task_id"] for j in settled_jobs}
-        krows = [dict(r, task_id=task_of[r["record_id"]]) for r in part.kernels]
-        rrows = [dict(r, task_id=task_of[r["record_id"]])
-                 for r in report.aggregate(part.kernels, cols, part.string_metrics)]
-        err = [dict(record_id=rid, task_id=task_of[rid], error=e) for rid, e in part.errors.items()]
-        write_part(krows + err, ks, ker_folder, shard)
-        write_part(rrows + err, rs, rec_folder, shard)
-        counts["ncu"] += len(rrows)
-        counts["ncu_errors"] += len(err)
+        ok, bad = write_ncu_part(part, settled_jobs, name, metrics, rec_folder, ker_folder, shard)
+        counts["ncu"] += ok
+        counts["ncu_errors"] += bad
         bar.update(len(settled_jobs))
 
     bar = tqdm(total=len(jobs) + len(errors), desc=f"collect {name}", unit="kernel")
@@ -279,6 +264,30 @@ def collect_ncu(cfg, ws: Workspace, cands: pd.DataFrame) -> dict:
             log.warning("metrics unknown to ncu on this device (null columns): %s", sorted(outcome.dropped_metrics))
     bar.close()
     return counts
+
+
+def write_ncu_part(part, settled_jobs: list[dict], name: str, metrics: list[str] | None, rec_folder: Path,
+                   ker_folder: Path, shard: int) -> tuple[int, int]:
+    """Write one profiling outcome: kernel rows, per-record aggregates, error rows in both.
+
+    Columns: the requested metric list, or (for a section set) every metric of the
+    reports so far. ncu's units and the reasons for metrics left null go into the file
+    metadata (`pipeline.units`, `pipeline.null_reasons`, JSON)."""
+    from features.ncu import report
+
+    cols = list(metrics) if metrics else list(part.metrics)
+    meta = {b"pipeline.units": json.dumps(part.units).encode(),
+            b"pipeline.null_reasons": json.dumps(part.dropped_metrics).encode()}
+    ks, rs = (S.ncu_schema(f"{name}_kernels" if per_kernel else name, cols, frozenset(part.string_metrics), per_kernel)
+              for per_kernel in (True, False))
+    ks, rs = (s.with_metadata({**s.metadata, **meta}) for s in (ks, rs))
+    task_of = {j["record_id"]: j["task_id"] for j in settled_jobs}
+    krows = [dict(r, task_id=task_of[r["record_id"]]) for r in part.kernels]
+    rrows = [dict(r, task_id=task_of[r["record_id"]]) for r in report.aggregate(part.kernels, cols, part.string_metrics)]
+    err = [dict(record_id=rid, task_id=task_of[rid], error=e) for rid, e in part.errors.items()]
+    write_part(krows + err, ks, ker_folder, shard)
+    write_part(rrows + err, rs, rec_folder, shard)
+    return len(rrows), len(err)
 
 
 def _plain(value):

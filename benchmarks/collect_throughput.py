@@ -1,0 +1,115 @@
+"""Kernels profiled per minute: curated metrics, one ncu per batch vs `--set full`, one per kernel.
+
+    python benchmarks/collect_throughput.py [--kernels 32] [--workspace PATH]
+                                            [--target h100] [--ops GMM,C1D,C2D,SFM] [--candidates 8]
+
+Needs an NVIDIA GPU, its driver and Nsight Compute (ncu); exits with a message otherwise.
+Without --workspace it builds a CUDA workspace first (stages tasks, sample, replay, in a
+temporary folder). Then, in one run, on the same kernels:
+
+  batched   the pipeline's way: the curated metric list (features/ncu/metrics.py), all
+            kernels in one harness process under one ncu invocation
+  per-kernel the way published tools do it: `ncu --set full`, one process (harness + ncu)
+            per kernel
+
+and prints kernels profiled per minute for both and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def fail(msg: str) -> None:
+    print(f"collect_throughput: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_gpu(ncu: str) -> str:
+    from features.ncu import profile
+
+    if not profile.gpu_present():
+        fail("no NVIDIA GPU on this machine (no /dev/nvidiactl, nvidia-smi finds none); run this on a GPU host.")
+    try:
+        path = profile.find_ncu(ncu)
+    except profile.NcuError as e:
+        fail(str(e))
+    import tvm
+
+    if not tvm.cuda(0).exist:
+        fail("TVM sees no CUDA device (driver not loaded, or CUDA_VISIBLE_DEVICES hides it).")
+    return path
+
+
+def kernel_jobs(ws_root: Path, n: int) -> list[dict]:
+    from features import schema as S
+    from pipeline.workspace import Workspace, read_table
+
+    ws = Workspace(ws_root)
+    kernels = read_table(ws.require(ws.kernels, "replay"), S.KERNELS)
+    kernels = kernels[kernels["error"].isna()].drop_duplicates("record_id").head(n)
+    tasks = read_table(ws.tasks).set_index("task_id")
+    return [dict(record_id=r.record_id, task_id=r.task_id, artifact=r.artifact,
+                 args=json.loads(tasks.loc[r.task_id, "args_json"])) for r in kernels.itertuples()]
+
+
+def build_workspace(tmp: Path, target: str, ops: str, candidates: int) -> Path:
+    from pipeline.config import run_stage
+
+    over = [f"paths.data={tmp}", f"target={target}", f"dataset.ops=[{ops}]", "dataset.configs=[0]",
+            "budget.max_tasks=null", f"budget.candidates_per_task={candidates}"]
+    for stage in ("tasks", "sample", "replay"):
+        run_stage(stage, over)
+    return next(p for p in tmp.iterdir() if p.is_dir())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernels", type=int, default=32)
+    p.add_argument("--workspace", type=Path, help="an existing CUDA workspace (<paths.data>/<dataset>-<target>)")
+    p.add_argument("--target", default="h100")
+    p.add_argument("--ops", default="GMM,C1D,C2D,SFM")
+    p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--ncu", default="ncu")
+    args = p.parse_args()
+    ncu = check_gpu(args.ncu)
+
+    from features.ncu import metrics, profile
+
+    tmp = Path(tempfile.mkdtemp(prefix="collect-bench-"))
+    try:
+        root = args.workspace.resolve() if args.workspace else build_workspace(tmp / "data", args.target, args.ops,
+                                                                                args.candidates)
+        jobs = kernel_jobs(root, args.kernels)
+        if not jobs:
+            fail(f"{root} has no built kernel")
+        print(f"{len(jobs)} kernels from {root}")
+        results = {}
+        batched = profile.Options(ncu=ncu, metrics=list(metrics.DEFAULT_METRICS), batch_size=len(jobs))
+        t0 = time.perf_counter()
+        out = profile.profile(jobs, root, tmp / "batched", batched, tag="bench")
+        results["batched"] = (len({r["record_id"] for r in out.kernels}), time.perf_counter() - t0, out.invocations)
+        full = profile.Options(ncu=ncu, section_set="full", batch_size=1)
+        t0 = time.perf_counter()
+        out = profile.profile(jobs, root, tmp / "full", full, tag="bench")
+        results["per-kernel full"] = (len({r["record_id"] for r in out.kernels}), time.perf_counter() - t0,
+                                      out.invocations)
+        rate = {}
+        for name, (n, wall, calls) in results.items():
+            rate[name] = n / (wall / 60.0) if wall > 0 else 0.0
+            print(f"{name:>16}: {n} kernels profiled in {wall:.1f} s with {calls} ncu invocation(s) "
+                  f"= {rate[name]:.1f} kernels/min")
+        if rate["per-kernel full"] > 0:
+            print(f"ratio batched / per-kernel full: {rate['batched'] / rate['per-kernel full']:.1f}x")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
