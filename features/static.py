@@ -125,30 +125,8 @@ def load(ws) -> tuple["pd.DataFrame", "pd.DataFrame"]:  # noqa: F821
 
 
 def preload_tensor_intrinsics() -> None:
-    """Import MetaSchedule's tensor intrinsics once, fast.
+    """Import MetaSchedule's tensor intrinsics once per process, fast (the first TuneContext
+    otherwise spends minutes in `inspect.stack()`; see pipeline/tvm_compat.py)."""
+    from pipeline.tvm_compat import preload_tensor_intrin
 
-    The first TuneContext of a process imports `tvm.s_tir.tensor_intrin`, which parses
-    ~250 TVMScript functions; each parse calls `inspect.stack()`, and with torch loaded
-    (tvm_ffi imports it) `inspect.getmodule` rescans thousands of modules for every
-    frame: minutes instead of seconds. Caching getmodule by file name during that import
-    gives the same result; the patch is undone afterwards.
-    """
-    import inspect
-    import sys
-
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    original, cache = inspect.getmodule, {}
-
-    def getmodule(obj, _filename=None):
-        if _filename is None:
-            return original(obj, _filename)
-        if _filename not in cache:
-            cache[_filename] = original(obj, _filename)
-        return cache[_filename]
-
-    inspect.getmodule = getmodule
-    try:
-        import tvm.s_tir.tensor_intrin  # noqa: F401
-    finally:
-        inspect.getmodule = original
+    preload_tensor_intrin()
