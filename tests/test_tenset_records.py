@@ -191,3 +191,13 @@ def test_cpu_rfactor_record_replays_on_a_softmax(shared_fixtures):
     got = _run_llvm(sch.mod, [a, np.zeros_like(a)])[-1]
     e = np.exp(a - a.max())
     np.testing.assert_allclose(got, e / e.sum(), rtol=1e-5, atol=1e-7)
+
+
+def test_replay_command_reports_each_record(shared_fixtures, capsys):
+    from pipeline.tenset.__main__ import main
+
+    files = [str(shared_fixtures / "ansor_records" / f) for f in ("matmul.json", "sparse_dense.json")]
+    assert main(["replay", *files, "--no-numerics"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul.json:2" in out and "built" in out
+    assert "2 records: 1 built, 1 compute not rebuildable" in out
