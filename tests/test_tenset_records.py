@@ -201,3 +201,8 @@ def test_replay_command_reports_each_record(shared_fixtures, capsys):
     out = capsys.readouterr().out
     assert "matmul.json:2" in out and "built" in out
     assert "2 records: 1 built, 1 compute not rebuildable" in out
+
+
+def test_every_ansor_step_kind_has_a_replay():
+    assert set(RP.SUPPORTED_STEPS) == set(R.STEP_KINDS)
+    assert all(hasattr(RP.Replayer, f"_step_{k}") for k in RP.SUPPORTED_STEPS)

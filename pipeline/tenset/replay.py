@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 _UNROLL, _VECTORIZE, _PARALLEL = 1, 2, 3
 _THREAD_TAGS = {4: "vthread.x", 5: "blockIdx.x", 6: "threadIdx.x", 7: "blockIdx.y",
                 8: "threadIdx.y", 9: "blockIdx.z", 10: "threadIdx.z"}
-SUPPORTED_STEPS = ("SP", "FSP", "FFSP", "RE", "FU", "AN", "PR", "CA", "CI", "CR", "CHR", "CHW", "SA")
+SUPPORTED_STEPS = ("SP", "FSP", "FFSP", "RE", "FU", "AN", "PR", "CA", "CI", "CR", "CHR", "CHW", "RF", "SA")
 
 
 class ReplayError(RuntimeError):
