@@ -206,3 +206,16 @@ def test_replay_command_reports_each_record(shared_fixtures, capsys):
 def test_every_ansor_step_kind_has_a_replay():
     assert set(RP.SUPPORTED_STEPS) == set(R.STEP_KINDS)
     assert all(hasattr(RP.Replayer, f"_step_{k}") for k in RP.SUPPORTED_STEPS)
+
+
+def test_storage_align_pads_the_stage_buffer():
+    """SA (no fixture record uses it): the cache stage's buffer rows are padded."""
+    from pipeline.tenset import registered
+
+    dag = registered.dag_for("matmul_add", [64, 64, 64, "float32"])
+    steps = [["CHR", 0, "global", [2]], ["SA", 1, 0, 32, 8]]  # cache A for matmul, align its rows
+    sch = RP.replay(dag.prim_func(), dag.ops, steps, "llvm")
+    assert '"buffer_dim_align": [[0, 0, 32, 8]]' in sch.mod.script()
+    arrays = _inputs(dag)
+    got = _run_llvm(sch.mod, arrays)[-1]
+    np.testing.assert_allclose(got, arrays[0] @ arrays[1] + arrays[2], rtol=1e-5, atol=1e-5)
