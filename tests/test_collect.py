@@ -38,9 +38,13 @@ def _perf_invariants(cpu: pd.DataFrame) -> None:
         assert (value.isna() == reason.notna()).all(), col
 
 
-def test_collect_cpu_workspace_sharded_resumable(measured_workspace):
+def test_collect_cpu_workspace_sharded_resumable(measured_workspace, tmp_path):
     root, over = measured_workspace
+    # A private copy: other tests read the shared workspace's features.
+    shutil.copytree(root, tmp_path / root.name, ignore=shutil.ignore_patterns("features", "runner"))
+    over = [o for o in over if not o.startswith("paths.data=")] + [f"paths.data={tmp_path}"]
     ws = Workspace.from_cfg(compose(over))
+    assert ws.root == tmp_path / root.name
     over = [*over, *FAST, "shard.count=2"]
     cands = read_table(ws.candidates, S.CANDIDATES)
     shard0, shard1 = set(cands.iloc[0::2]["record_id"]), set(cands.iloc[1::2]["record_id"])
