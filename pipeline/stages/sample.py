@@ -109,5 +109,11 @@ def run(cfg) -> dict:
             rows.append(dict(record_id=f"{row.task_id}-none", task_id=row.task_id, strategy=strategy, error=error))
         write_part(rows, S.CANDIDATES, ws.candidates, int(cfg.shard.index))
         total += len(schs)
+    counts = {"tasks": len(tasks), "new": total, "failed_tasks": failed}
+    if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
+        # TenSet's own measured Ansor programs join the sampled candidates.
+        from pipeline.tenset.candidates import add_records
+
+        counts.update(add_records(cfg, cfg.dataset.records.candidates_per_task))
     all_rows = read_table(ws.candidates, S.CANDIDATES)
-    return {"tasks": len(tasks), "candidates": int(all_rows["error"].isna().sum()), "new": total, "failed_tasks": failed}
+    return {**counts, "candidates": int(all_rows["error"].isna().sum())}
