@@ -93,3 +93,19 @@ def test_failing_build_becomes_an_error_row(measured_workspace):
     row = build_one(dict(record_id="r", task_id="t", trace=trace, workload=wl,
                          target={"kind": "llvm"}, artifact="lib/r.so", artifact_abs=str(root / "lib" / "r.so")))
     assert row["error"].startswith("build: ") and row.get("artifact") is None
+
+
+def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
+    from pipeline.stages.replay import build_all
+
+    root, _ = measured_workspace
+    ws = Workspace(root)
+    wl = D.read_workload_lines(ws)[0]
+    traces = read_table(root / "candidates", S.CANDIDATES)["trace_json"].dropna().iloc[:2]
+    jobs = [dict(record_id=f"r{i}", task_id="t", trace=json.loads(t), workload=wl, target={"kind": "llvm"},
+                 artifact=f"lib/r{i}.so", artifact_abs=str(root / "lib" / f"timeout-r{i}.so"))
+            for i, t in enumerate(traces)]
+    rows = []
+    build_all(jobs, 1, rows.extend, timeout_s=0.0, startup_s=0.0)
+    assert sorted(r["record_id"] for r in rows) == ["r0", "r1"]
+    assert all(r["error"] == "build: timeout: not built within 0 s" for r in rows)

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 # Seconds between part files at most (with replay.flush_rows, bounds what a kill can lose).
 FLUSH_SECONDS = 10.0
+# Allowance for a fresh worker process to import TVM before its first build.
+STARTUP_S = 60.0
 
 
 def build_one(job: dict) -> dict:
@@ -75,8 +77,19 @@ def pending_jobs(cfg, ws: Workspace) -> tuple[list[dict], int]:
     return jobs, len(done)
 
 
-def build_all(jobs: list[dict], workers: int, on_rows, flush_rows: int = 16, desc: str = "replay") -> None:
-    """Build `jobs` on `workers` processes; `on_rows(rows)` receives results in batches."""
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    # The executor has no way to stop one task; its worker processes are killed instead.
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        proc.kill()
+
+
+def build_all(jobs: list[dict], workers: int, on_rows, flush_rows: int = 16, timeout_s: float = 300.0,
+              startup_s: float = STARTUP_S, desc: str = "replay") -> None:
+    """Build `jobs` on `workers` processes; `on_rows(rows)` receives results in batches.
+
+    A build that runs past `timeout_s` (LLVM can spend an hour on one huge unrolled loop)
+    or whose worker dies becomes an error row; the builds in flight beside it are
+    retried in a fresh pool."""
     buf, last = [], time.monotonic()
 
     def flush(force=False):
@@ -85,31 +98,47 @@ def build_all(jobs: list[dict], workers: int, on_rows, flush_rows: int = 16, des
             on_rows(buf)
             buf, last = [], time.monotonic()
 
+    def fail(job, reason):
+        buf.append(dict(record_id=job["record_id"], task_id=job["task_id"], error=f"build: {reason}"))
+        bar.update()
+
     bar = tqdm(total=len(jobs), desc=desc, unit="kernel")
     queue = list(reversed(jobs))
     ctx = mp.get_context("spawn")
     while queue:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            running = {}
-            try:
-                while queue or running:
-                    while queue and len(running) < 2 * workers:
-                        job = queue.pop()
-                        running[pool.submit(build_one, job)] = job
-                    finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        job = running.pop(fut)
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        running: dict = {}  # future -> (job, submitted at)
+        broken = None
+        try:
+            while queue or running:
+                while queue and len(running) < workers:
+                    job = queue.pop()
+                    running[pool.submit(build_one, job)] = (job, time.monotonic())
+                finished, _ = wait(list(running), timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    job, _ = running.pop(fut)
+                    try:
                         buf.append(fut.result())
                         bar.update()
-                    flush()
-            except BrokenProcessPool as e:
-                # A worker died (e.g. the compiler crashed): the in-flight jobs become rows
-                # naming the crash, the rest go on in a fresh pool.
-                for job in running.values():
-                    buf.append(dict(record_id=job["record_id"], task_id=job["task_id"],
-                                    error=f"build: worker process crashed ({e})"))
-                    bar.update()
-                flush(force=True)
+                    except BrokenProcessPool as e:
+                        broken = e
+                        fail(job, f"worker process crashed ({e})")
+                if broken is None:
+                    now = time.monotonic()
+                    late = [f for f, (_, t) in running.items() if now - t > timeout_s + startup_s]
+                    if late:
+                        for f in late:
+                            fail(running.pop(f)[0], f"timeout: not built within {timeout_s:g} s")
+                        broken = "timeout"
+                if broken is not None:
+                    queue.extend(job for job, _ in running.values())  # innocent bystanders: retry
+                    break
+                flush()
+        finally:
+            if broken is not None:
+                _kill_workers(pool)
+            pool.shutdown(wait=broken is None, cancel_futures=True)
+        flush(force=True)
     flush(force=True)
     bar.close()
 
@@ -132,7 +161,7 @@ def run(cfg) -> dict:
 
     if jobs:
         log.info("building %d kernels on %d workers (%d already built)", len(jobs), workers, skipped)
-        build_all(jobs, workers, on_rows, int(cfg.replay.flush_rows))
+        build_all(jobs, workers, on_rows, int(cfg.replay.flush_rows), float(cfg.replay.timeout_s))
     wall = time.time() - t0
     return {"new": len(jobs), "built": counts["built"], "failed": counts["failed"], "skipped": skipped,
             "kernels_per_s": round(len(jobs) / wall, 2) if jobs and wall > 0 else 0.0}
