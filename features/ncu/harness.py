@@ -23,36 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
+
+try:
+    from pipeline.runner.kernel_runner import choose_cuda_compiler, random_array
+except ImportError:  # shipped without the project, next to kernel_runner.py
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from kernel_runner import choose_cuda_compiler, random_array  # noqa: E402
 
 # Exit code after a kernel failed on a GPU: its CUDA context may be unusable, so the
 # caller starts a fresh process for the kernels that remain.
 EXIT_CONTEXT_LOST = 4
 # Exit code when the harness cannot run at all (no device, missing package).
 EXIT_UNUSABLE = 3
-
-
-def random_array(np, dtype: str, shape: list, rng):
-    """Inputs as pipeline/runner/kernel_runner.py makes them."""
-    if dtype.startswith("float") or dtype.startswith("bfloat"):
-        return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    return rng.integers(0, 8, size=shape).astype(dtype)
-
-
-def choose_cuda_compiler() -> None:
-    """TVM compiles a CUDA module from source when it is loaded; its default (NVRTC) needs
-    the `cuda-bindings` package. Without it, fall back to nvcc when nvcc is installed."""
-    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
-        return
-    try:
-        import cuda.bindings  # noqa: F401
-    except ImportError:
-        if shutil.which("nvcc"):
-            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
 
 
 def run(manifest: dict, root: str, device: str, progress_path: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -30,6 +31,23 @@ import time
 from pathlib import Path
 
 RUNNER = Path(__file__).resolve()
+
+
+def choose_cuda_compiler() -> None:
+    """Exported CUDA kernels hold CUDA source that TVM compiles when the module is loaded;
+    its default compiler (NVRTC) needs the `cuda-bindings` package. Without it, use nvcc
+    where it is installed."""
+    try:
+        import tvm.support.nvcc  # noqa: F401 - registers the compile callback
+    except ImportError:
+        pass
+    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
+        return
+    try:
+        import cuda.bindings  # noqa: F401
+    except ImportError:
+        if shutil.which("nvcc"):
+            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
 
 
 def random_array(np, dtype: str, shape: list, rng):
@@ -201,6 +219,8 @@ def main(argv=None) -> int:
     import numpy as np
     import tvm
 
+    if opts.device == "cuda":
+        choose_cuda_compiler()
     dev = tvm.cuda(0) if opts.device == "cuda" else tvm.cpu(0)
     if not dev.exist:
         print(f"kernel_runner: no {opts.device} device on this host", file=sys.stderr)
