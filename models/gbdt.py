@@ -64,7 +64,9 @@ class _GBDT(CostModel):
     """What LightGBM and XGBoost share: objective handling, data layout, importance."""
 
     def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
-        super().__init__(params, spec, seed, threads)
+        # Trees read the record-level columns only (for static features: the program-level
+        # aggregate of the per-store rows), so the model's input is one row per record.
+        super().__init__(params, FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind), seed, threads)
         if not spec.columns:
             raise ValueError(f"model {self.name}: feature set {spec.feature_set!r} has no record-level column")
         self.ranking = str(params.get("objective", "regression")) == "ranking"

@@ -142,24 +142,31 @@ class Evaluation:
         return {f"{prefix}_{k}": v for k, v in self.summary.items()}
 
 
-def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, seed: int = 0) -> Evaluation:
-    """Metrics for the records of `frame` (columns task_id, label, mean_s, weight, group).
+def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, seed: int = 0,
+             members: pd.DataFrame | None = None) -> Evaluation:
+    """Metrics for the records of `frame` (columns task_id, label, mean_s; weight and group
+    unless `members` is given).
 
     `label` is the training label (normalized over all of a task's records in the workspace),
     so RMSE and R² compare like with like; peak scores and weighted top-k scores divide by the
-    best record among the evaluated ones, as TenSet's do. `group` names the set of tasks a
-    weighted top-k score is taken over (the network; one group where there are no networks)."""
+    best record among the evaluated ones, as TenSet's do. A group is the set of tasks a
+    weighted top-k score is taken over (a network; one group where there are no networks);
+    `members` (task_id, group, weight) lets a task count in several networks, each with its
+    own weight, else the frame's group and weight columns say it."""
     if len(frame) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(frame)} records")
-    df = frame[["task_id", "label", "mean_s", "weight", "group"]].copy()
+    df = frame[["task_id", "label", "mean_s"]].copy()
     df["score"] = np.asarray(scores, dtype=np.float64)
+    if members is None:
+        members = frame[["task_id", "group", "weight"]].drop_duplicates(["task_id", "group"])
+    grouped = df.merge(members[["task_id", "group", "weight"]], on="task_id", how="inner")
     rows = []
     for tid, g in df.groupby("task_id", sort=True):
         m = task_metrics(g["label"].to_numpy(), g["score"].to_numpy(), calibrated=calibrated, seed=seed)
         rows.append({"task_id": tid, "n": len(g), **m})
     per_task = pd.DataFrame(rows, columns=["task_id", "n", *TASK_METRICS])
     grows = []
-    for name, g in df.groupby("group", sort=True):
+    for name, g in grouped.groupby("group", sort=True):
         grows.append({"group": name, "n_tasks": g["task_id"].nunique(),
                       "top1_score": weighted_topk_score(g, 1), "top5_score": weighted_topk_score(g, 5)})
     per_group = pd.DataFrame(grows, columns=["group", "n_tasks", *GROUP_METRICS])

@@ -67,8 +67,13 @@ def _by_units(units: np.ndarray, rows: np.ndarray, fraction: float, rng, min_lef
 
 
 def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: float = 0.2,
-               val_fraction: float = 0.2, test_networks: list[str] | None = None) -> Split:
-    """Split the records of `frame` (columns task_id, network) into train/val/test positions."""
+               val_fraction: float = 0.2, test_networks: list[str] | None = None,
+               members: pd.DataFrame | None = None) -> Split:
+    """Split the records of `frame` (columns task_id, network) into train/val/test positions.
+
+    For by_network, `members` (task_id, group = network or "all") says which networks call a
+    task; a task of a held-out network is held out even when a training network calls it
+    too (TenSet's rule: no test task is trained on)."""
     if kind not in KINDS:
         raise SplitError(f"split={kind!r} is not a split; valid: {', '.join(KINDS)}")
     rng = np.random.default_rng(seed)
@@ -89,8 +94,11 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
         pool, test, held = _by_units(tasks, rows, test_fraction, rng, min_left=1)
         info["test_tasks"] = held
     else:
-        nets = frame["network"].fillna("").to_numpy(dtype=object)
-        names = sorted({n for n in nets.tolist() if n})
+        if members is None:
+            nets = frame["network"].fillna("")
+            members = pd.DataFrame({"task_id": frame["task_id"], "group": nets.where(nets != "", "all")})
+        members = members[members["task_id"].isin(set(tasks.tolist()))]
+        names = sorted({n for n in members["group"].tolist() if n != "all"})
         if not names:
             raise SplitError("split=by_network: no networks in this workspace (every task is a standalone "
                              "operator), use split=by_task")
@@ -103,9 +111,10 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
             if len(names) < 2:
                 raise SplitError(f"split=by_network needs at least 2 networks; this workspace has {names}: "
                                  f"use split=by_task")
-            named = rows[nets != ""]
-            _, _, held = _by_units(nets, named, test_fraction, rng, min_left=1)
-        mask = np.isin(nets, held)
+            n = min(max(_count(len(names), test_fraction), 1), len(names) - 1)
+            held = sorted(np.array(names, dtype=object)[rng.permutation(len(names))[:n]].tolist())
+        held_tasks = set(members.loc[members["group"].isin(held), "task_id"])
+        mask = np.isin(tasks, list(held_tasks))
         pool, test = rows[~mask], rows[mask]
         if len(pool) == 0:
             raise SplitError(f"split=by_network: holding out {held} leaves no training records")

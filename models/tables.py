@@ -44,6 +44,7 @@ class TrainingTable:
     stores: np.ndarray | None = None  # float32 [n_store_rows, len(spec.store_columns)]
     offsets: np.ndarray | None = None  # int64 [len(frame) + 1]: stores of record i = stores[o[i]:o[i+1]]
     notes: dict = field(default_factory=dict)  # what was dropped and why (logged with the run)
+    members: pd.DataFrame | None = None  # task_id, group, weight (see `memberships`)
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -127,6 +128,28 @@ def labelled_records(ws: Workspace) -> pd.DataFrame:
     df["weight"] = df["weight"].fillna(1).astype(np.int64)
     df["group"] = np.where(df["network"] != "", df["network"], "all")
     return df.sort_values(["task_id", "record_id"]).reset_index(drop=True)
+
+
+def memberships(ws: Workspace) -> pd.DataFrame:
+    """task_id, group, weight: which networks call each task and how often.
+
+    From network_tasks.parquet where the tasks stage wrote it (a task shared by two networks
+    belongs to both, with each network's call count), else from the task table. Tasks of no
+    network (the operator suite) form the group "all" with their own weight."""
+    tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
+    path = getattr(ws, "network_tasks", None)
+    if path is not None and path.exists():
+        m = read_table(path)[["task_id", "network", "weight"]]
+    else:
+        m = tasks[["task_id", "network", "weight"]]
+    m = m.assign(network=m["network"].fillna(""), weight=m["weight"].fillna(1).astype(np.int64))
+    m = m.assign(group=np.where(m["network"] != "", m["network"], "all"))
+    # tasks missing from the membership table still count once, in their own network
+    rest = tasks[~tasks["task_id"].isin(m["task_id"])]
+    if len(rest):
+        rest = rest.assign(network=rest["network"].fillna(""), weight=rest["weight"].fillna(1).astype(np.int64))
+        m = pd.concat([m, rest.assign(group=np.where(rest["network"] != "", rest["network"], "all"))[m.columns]])
+    return m[["task_id", "group", "weight"]].drop_duplicates(["task_id", "group"]).reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- features
@@ -255,7 +278,7 @@ def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = Non
         counts = np.bincount(sd["_pos"].to_numpy(), minlength=len(frame))
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     spec = FeatureSpec(feature_set=feature_set, columns=columns, store_columns=store_columns, target_kind=kind)
-    return TrainingTable(ws.name, frame, spec, groups, stores, offsets, notes)
+    return TrainingTable(ws.name, frame, spec, groups, stores, offsets, notes, memberships(ws))
 
 
 STORE_INDEX = "store_index"

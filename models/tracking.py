@@ -6,15 +6,17 @@ artifacts of an experiment go to `mlruns/` next to the database file. Experiment
 workspace name; runs carry the workspace path as a tag, so two workspaces of the same name
 under different `paths.data` stay apart in `stage=compare`.
 
-Each run logs: the flattened Hydra config as params (plus the effective model config under
-`model.*`, the split's seed and held-out units), every metric of models.metrics for the
+Each run logs: the flattened Hydra config as params (with the effective model and feature-set
+configs under `model.*` and `features.*`, the split's seed and held-out units), every metric of models.metrics for the
 validation and test parts (`val_*`, `test_*`), training time and prediction rate, the
 per-task and per-group metric tables, the model twice (its library's flavor under `native`,
 the pyfunc wrapper under `model`), features.json, and plots.
 
 Registered model `mlflow.registered_model` (default `<workspace>-cost-model`): after each
 training, the run with the highest `mlflow.best_metric` (default test_top1_score, ties
-broken by test_peak5 then test_pair_acc) among this workspace's runs gets alias `best`, and
+broken by test_peak5 then test_pair_acc) among this workspace's newest runs of one split
+(`mlflow.best_split`, default the split just trained: scores of different splits come from
+different test records) gets alias `best`, and
 the best run of each feature set gets `best-<features>` (the tune stage, which can compute
 only static features for unmeasured candidates, asks for `best-static`).
 """
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 TIEBREAK = ("test_peak5", "test_pair_acc")
+PYFUNC_ENTRY = Path(__file__).resolve().with_name("pyfunc_model.py")
 
 
 def tracking_uri(cfg) -> str:
@@ -102,12 +105,12 @@ REQUIREMENTS = {
 }
 
 
-def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict) -> str:
+def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
+            features_cfg: dict | None = None) -> str:
     """Log one trained model and its evaluation as an MLflow run; returns the run id."""
     import mlflow
 
     from models import plots
-    from models.pyfunc import CostModelPyfunc
 
     exp_id = setup(cfg)
     fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
@@ -118,7 +121,9 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
             "target_kind": table.spec.target_kind}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
         params = flatten(cfg)
+        # the effective model and feature-set configs (model=all / features=each name lists)
         params.update({f"model.{k}": v for k, v in flatten(model_cfg).items()})
+        params.update({f"features.{k}": v for k, v in flatten(features_cfg or {}).items()})
         params.update({"split.seed_used": str(split.seed), "split.sizes": json.dumps(split.sizes()),
                        "split.info": json.dumps(split.info)[:6000], "features.set": fs,
                        "features.n_columns": str(len(model.spec.columns)),
@@ -164,8 +169,6 @@ def _log_models(model, saved: Path, table) -> None:
     import mlflow
     from mlflow.models import infer_signature
 
-    from models.pyfunc import CostModelPyfunc
-
     base = _pins("mlflow", "numpy", "pandas")
     flavor_pins = list(_pins(*REQUIREMENTS.get(model.flavor, ())))
     if model.flavor == "lightgbm":
@@ -177,12 +180,13 @@ def _log_models(model, saved: Path, table) -> None:
         mlflow.pytorch.log_model(model.native(), name="native", serialization_format="pickle",
                                  pip_requirements=base + flavor_pins)
     example = table.take(np.arange(min(len(table), 4))).store_frame()
-    example = example[["record_id", *model.spec.columns, *model.spec.store_columns]]
+    feats = [*model.spec.columns, *model.spec.store_columns]
+    example = example[["record_id", *feats]].astype({c: "float64" for c in feats})  # counters may be null
     extra = _pins("apache-tvm", "apache-tvm-ffi") if model.name == "ms_xgb" else []
     info = mlflow.pyfunc.log_model(
-        name="model", python_model=CostModelPyfunc(), artifacts={"model": str(saved)},
+        name="model", python_model=str(PYFUNC_ENTRY), artifacts={"model": str(saved)},
         pip_requirements=base + flavor_pins + extra + _pins("tensor-cost-pipeline"),
-        signature=infer_signature(example, model.predict_frame(example)),
+        signature=infer_signature(example, model.predict_frame(example)), input_example=example,
         metadata={"feature_set": model.spec.feature_set, "input": model.spec.input, "columns": model.spec.columns,
                   "store_columns": model.spec.store_columns, "target_kind": model.spec.target_kind,
                   "calibrated": model.calibrated},
@@ -231,7 +235,10 @@ def update_aliases(cfg) -> dict[str, str]:
     runs = latest_per_config(workspace_runs(cfg))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
         return {}
+    # Scores of different splits come from different test records: compare within one split.
+    split = str(cfg.mlflow.get("best_split") or cfg.split.name)
     runs = runs.dropna(subset=["tags.pyfunc_model_uri"])
+    runs = runs[runs["tags.split"] == split]
     name = registered_name(cfg)
     client = MlflowClient()
     chosen = {}

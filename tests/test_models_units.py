@@ -157,6 +157,21 @@ def test_by_network_split():
         make_split(df, "random")
 
 
+def test_by_network_shared_task_is_held_out_and_counts_in_both_networks():
+    df = _records(n_tasks=4, per_task=6, networks=["resnet", "resnet", "bert", "bert"])
+    members = pd.DataFrame({"task_id": ["t0", "t1", "t1", "t2", "t3"],
+                            "group": ["resnet", "resnet", "bert", "bert", "bert"], "weight": [1, 2, 5, 1, 1]})
+    sp = make_split(df, "by_network", test_networks=["bert"], members=members)
+    assert set(df["task_id"].iloc[sp.test]) == {"t1", "t2", "t3"}  # t1 is also called by bert
+    assert set(df["task_id"].iloc[sp.train]) | set(df["task_id"].iloc[sp.val]) == {"t0"}
+    # the weighted score counts t1 in both networks with each network's weight
+    lat = _frame({"t0": [1.0, 2.0], "t1": [1.0, 3.0]}, {"t0": 1, "t1": 1}, {"t0": "x", "t1": "x"})
+    ev = M.evaluate(lat, np.array([0.0, 1.0, 0.0, 1.0]), members=members)  # always picks the slow one
+    groups = ev.per_group.set_index("group")
+    assert groups.loc["bert", "top1_score"] == pytest.approx(1 / 3)
+    assert groups.loc["resnet", "top1_score"] == pytest.approx((1 * 1 + 2 * 1) / (1 * 2 + 2 * 3))
+
+
 # ---------------------------------------------------------------------------- models on a small table
 
 
@@ -211,11 +226,13 @@ def test_models_learn_and_roundtrip(name, tmp_path):
     assert ev.summary["spearman"] > 0.5, ev.summary  # the latency is a simple function of the features
     model.save(tmp_path / "m")
     again = registry.load(tmp_path / "m")
-    frame_scores = again.predict_frame(test.store_frame())
+    frame = test.store_frame() if again.spec.input == "stores" else test.frame
+    assert again.spec.input == ("stores" if name == "mlp" else "records")
+    frame_scores = again.predict_frame(frame)
     assert list(frame_scores["record_id"]) == list(test.frame["record_id"])
     np.testing.assert_allclose(frame_scores["score"].to_numpy(), scores, rtol=1e-5, atol=1e-5)
     with pytest.raises(KeyError, match="lacks"):
-        again.predict_frame(test.store_frame().drop(columns=[(again.spec.columns + again.spec.store_columns)[0]]))
+        again.predict_frame(frame.drop(columns=[(again.spec.columns + again.spec.store_columns)[0]]))
 
 
 def test_unknown_model_name_is_a_clear_error():

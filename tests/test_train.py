@@ -75,7 +75,8 @@ def test_mlflow_runs_params_artifacts_and_aliases(trained):
     assert meta["feature_set"] == "static"
     ws = Workspace.from_cfg(cfg)
     table = build_table(ws, "static", device="cpu")
-    frame = table.store_frame()[["record_id", *meta["columns"], *meta["store_columns"]]]
+    frame = table.store_frame() if meta["input"] == "stores" else table.frame
+    frame = frame[["record_id", *meta["columns"], *meta["store_columns"]]]
     scores = model.predict(frame)
     assert list(scores["record_id"]) == list(table.frame["record_id"]) and np.isfinite(scores["score"]).all()
 

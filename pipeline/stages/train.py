@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from models import registry, tracking
 from models.metrics import evaluate
 from models.splits import make_split
-from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records
+from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def predict_rate(model, table, n: int) -> float:
     return n / max(time.perf_counter() - t0, 1e-9)
 
 
-def train_one(cfg, ws, mcfg: dict, table, split) -> dict:
+def train_one(cfg, ws, mcfg: dict, table, split, fcfg: dict | None = None) -> dict:
     """Fit, evaluate and log one model on one feature set; returns its summary row."""
     seed = int(cfg.seed)
     threads = int(cfg.train.threads) or int(cfg.jobs) or os.cpu_count() or 1
@@ -78,12 +78,12 @@ def train_one(cfg, ws, mcfg: dict, table, split) -> dict:
     for k in ("val", "test"):
         if len(parts[k]):
             scores = model.predict(parts[k])
-            evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed)
+            evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed, members=table.members)
             preds[k] = (parts[k].frame, scores)
     timing = {"train_seconds": train_s, "predict_per_s": predict_rate(model, parts["test"], int(cfg.train.predict_batch)),
               "n_train": len(parts["train"]), "n_val": len(parts["val"]), "n_test": len(parts["test"])}
     run_id = tracking.log_run(cfg, model=model, table=table, split=split, evals=evals, timing=timing,
-                              predictions=preds, model_cfg=mcfg)
+                              predictions=preds, model_cfg=mcfg, features_cfg=fcfg or {})
     t = evals["test"].summary
     return {"model": model.name, "features": table.spec.feature_set if model.name not in STATIC_ONLY else "static",
             "train_s": round(train_s, 2), "top1": t["top1_score"], "peak5": t["peak5"], "pair_acc": t["pair_acc"],
@@ -96,10 +96,12 @@ def run(cfg) -> dict:
     feature_sets = feature_configs(cfg)
     explicit = str(cfg.features.name) != EACH
     records = labelled_records(ws)  # fails early without measurements
+    members = memberships(ws)
     s = cfg.split
     split_all = make_split(records, str(s.name), seed=int(s.seed), test_fraction=float(s.test_fraction),
                            val_fraction=float(s.val_fraction),
-                           test_networks=list(s.test_networks) if s.get("test_networks") else None)
+                           test_networks=list(s.test_networks) if s.get("test_networks") else None,
+                           members=members)
     log.info("split=%s seed=%d: %s %s", split_all.kind, split_all.seed, split_all.sizes(), split_all.info)
     part_of = {}
     for k in ("train", "val", "test"):
@@ -128,7 +130,7 @@ def run(cfg) -> dict:
                 f"candidates per task (budget=...) or choose another split")
         for mcfg in todo:
             log.info("train model=%s features=%s split=%s (%s)", mcfg["name"], fs, split.kind, split.sizes())
-            rows.append(train_one(cfg, ws, mcfg, table, split))
+            rows.append(train_one(cfg, ws, mcfg, table, split, fcfg))
     if not rows:
         raise WorkspaceError(f"no model was trained for {ws.root}: " + " | ".join(skipped))
     aliases = tracking.update_aliases(cfg)
