@@ -1,0 +1,570 @@
+"""A cost model trained by this pipeline, as a MetaSchedule cost model.
+
+    from models.adapter import PipelineCostModel
+    cm = PipelineCostModel.from_uri("models:/ops-llvm-cost-model@best-static")  # or .from_path(folder)
+    ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm)
+
+MetaSchedule hands the cost model schedules it has not measured, so only static features
+can be computed for them: the adapter runs MetaSchedule's own PerStoreFeature on the
+candidates (the extractor that stage=collect runs on the dataset's traces) and rebuilds
+from its per-store rows exactly the columns the model was trained on (`static.<agg>.<feature>`
+aggregates, `static.n_stores`, and the per-store rows of store models; see
+features/schema.py). A model trained on profiler counters (features=profiler or all) is
+refused: counters exist only after a kernel has run.
+
+Scores: MetaSchedule clamps scores below zero to zero and samples parents in proportion to
+the score, so raw outputs go through a fixed, order-preserving map to positive numbers
+(regression models: identity above 1e-3, an exponential tail below; ranking models:
+1 + s above 0, exp(s) below).
+
+Online update (`update=True`, off by default): every measured batch of the session is kept
+as (per-store features, run time) per task, as MetaSchedule's XGBModel keeps it, labels
+being the task's best session run time / run time. Every `update_every` batches the model
+is refit:
+  union     retrain from scratch, same model class and parameters, on the original
+            training table (the workspace the model was trained on, when it is on this
+            machine) plus the session's records (each session task its own label group)
+  continue  without the training data: LightGBM/XGBoost add `update_rounds` trees on the
+            session's records (continued boosting); the MLP fine-tunes `update_epochs`
+            epochs on them
+MetaSchedule's XGBModel baseline (ms_xgb) carries its own training data and is updated
+through its own `update`, which is the union mode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import os
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+
+from features import schema as S
+from models.base import CostModel, FeatureSpec
+
+log = logging.getLogger(__name__)
+
+STATIC = "static."
+N_STORES = "n_stores"
+FAILED_COST = 1e10  # MetaSchedule's run time of a failed candidate
+EPS = 1e-3
+MS_XGB = "ms_xgb"
+
+
+class FeatureMismatchError(ValueError):
+    """The model needs inputs that MetaSchedule cannot give for an unmeasured candidate."""
+
+
+# ----------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class FeaturePlan:
+    """How to rebuild a model's input columns from PerStoreFeature rows.
+
+    record_kind[i]: 0 = aggregate (agg_index, feature_index), 1 = n_stores, 2 = not computable
+    without a build (NaN). store_index: position in the 164-vector of each store column."""
+
+    columns: tuple[str, ...]
+    record_kind: np.ndarray
+    record_agg: np.ndarray
+    record_feature: np.ndarray
+    store_columns: tuple[str, ...]
+    store_index: np.ndarray
+    needs_build: tuple[str, ...] = ()
+
+
+def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
+    """Check that every input of `spec` can be computed from a schedule alone; say how.
+
+    Raises FeatureMismatchError naming the offending columns otherwise."""
+    names = {n: i for i, n in enumerate(S.PER_STORE_FEATURE_NAMES)}
+    aggs = {a: i for i, a in enumerate(S.STATIC_AGGREGATES)}
+    not_static = [c for c in spec.columns if not c.startswith(STATIC)]
+    if spec.feature_set != "static" or not_static:
+        raise FeatureMismatchError(
+            f"{source} was trained on features={spec.feature_set!r}"
+            + (f" ({len(not_static)} non-static column(s), e.g. {not_static[:3]})" if not_static else "")
+            + ". Profiler counters exist only after a kernel has run, so MetaSchedule cannot supply them "
+            "for the unmeasured candidates it asks a cost model to rank. Use a model trained on static "
+            "features: the registered alias `best-static` (models:/<workspace>-cost-model@best-static), or "
+            "train one with `python -m pipeline stage=train features=static`.")
+    kind, agg, feat, build = [], [], [], []
+    for c in spec.columns:
+        rest = c[len(STATIC):]
+        a, _, f = rest.partition(".")
+        if rest == N_STORES:
+            kind.append(1), agg.append(0), feat.append(0)
+        elif a in aggs and f in names:
+            kind.append(0), agg.append(aggs[a]), feat.append(names[f])
+        elif a == "cuda":
+            # Build-time resources (ptxas): known only after compiling the candidate.
+            kind.append(2), agg.append(0), feat.append(0)
+            build.append(c)
+        else:
+            raise FeatureMismatchError(f"{source}: column {c!r} is not a PerStoreFeature aggregate "
+                                       f"(<{'|'.join(S.STATIC_AGGREGATES)}>.<feature>) nor {STATIC}{N_STORES}")
+    bad = [c for c in spec.store_columns if c not in names]
+    if bad:
+        raise FeatureMismatchError(f"{source}: per-store column(s) {bad[:5]} are not PerStoreFeature values "
+                                   f"(features/schema.py PER_STORE_FEATURE_NAMES)")
+    if build:
+        log.warning("%s uses %d build-time column(s) (%s...): unknown before a candidate is compiled, given "
+                    "as missing values; train with features.exclude='[^cuda\\.]' to avoid them",
+                    source, len(build), build[0])
+    return FeaturePlan(tuple(spec.columns), np.asarray(kind, np.int8), np.asarray(agg, np.int64),
+                       np.asarray(feat, np.int64), tuple(spec.store_columns),
+                       np.asarray([names[c] for c in spec.store_columns], np.int64), tuple(build))
+
+
+def pack(per_store: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-candidate [n_i, 164] matrices -> (all store rows, offsets [n+1])."""
+    counts = np.asarray([len(x) for x in per_store], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    width = len(S.PER_STORE_FEATURE_NAMES)
+    rows = [np.asarray(x, np.float32).reshape(-1, width) for x in per_store if len(x)]
+    stores = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
+    return stores, offsets
+
+
+def aggregates(stores: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """[n, len(STATIC_AGGREGATES), 164]: sum, mean, max over each candidate's stores (float64,
+    NaN for a candidate without stores), as features.static.aggregate computes them."""
+    n, width = len(offsets) - 1, stores.shape[1]
+    out = np.full((n, len(S.STATIC_AGGREGATES), width), np.nan)
+    counts = np.diff(offsets)
+    has = np.flatnonzero(counts > 0)
+    if len(has):
+        v = stores.astype(np.float64)
+        starts = offsets[:-1][has]
+        red = {"sum": np.add.reduceat(v, starts, axis=0), "max": np.maximum.reduceat(v, starts, axis=0)}
+        red["mean"] = red["sum"] / counts[has, None]
+        for i, a in enumerate(S.STATIC_AGGREGATES):
+            out[has, i] = red[a]
+    return out
+
+
+def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan):
+    """(record matrix float32, store rows in the model's column order, offsets) for candidates."""
+    stores, offsets = pack(per_store)
+    n = len(per_store)
+    records = np.full((n, len(plan.columns)), np.nan, np.float32)
+    if len(plan.columns):
+        agg = aggregates(stores, offsets)
+        k = plan.record_kind
+        sel = np.flatnonzero(k == 0)
+        records[:, sel] = agg[:, plan.record_agg[sel], plan.record_feature[sel]].astype(np.float32)
+        records[:, np.flatnonzero(k == 1)] = np.diff(offsets)[:, None].astype(np.float32)
+    if plan.store_columns:
+        return records, stores[:, plan.store_index], offsets
+    return records, None, None
+
+
+def model_frame(per_store: list[np.ndarray], record_ids: list[str], plan: FeaturePlan) -> pd.DataFrame:
+    """The same inputs as the model's pyfunc frame (one row per store, or per record)."""
+    records, stores, offsets = model_inputs(per_store, plan)
+    if stores is None:
+        return pd.DataFrame(records, columns=list(plan.columns)).assign(record_id=record_ids)
+    rep = np.repeat(np.arange(len(record_ids)), np.diff(offsets))
+    df = pd.DataFrame(records[rep], columns=list(plan.columns))
+    df.insert(0, "record_id", np.asarray(record_ids, dtype=object)[rep])
+    return pd.concat([df, pd.DataFrame(stores, columns=list(plan.store_columns))], axis=1)
+
+
+def positive_scores(raw: np.ndarray, calibrated: bool) -> np.ndarray:
+    """Order-preserving map to (0, inf): MetaSchedule clamps negative scores to 0.
+
+    Regression scores (normalized throughput) stay as they are above EPS; ranking scores
+    (any real) become 1 + s above 0 and exp(s) below, which never saturates at the top."""
+    raw = np.asarray(raw, np.float64)
+    raw = np.clip(np.where(np.isnan(raw), -np.inf, raw), -700.0, 1e300)
+    if calibrated:
+        return np.where(raw > EPS, raw, EPS * np.exp(np.minimum(raw, EPS) - EPS))
+    return np.where(raw > 0, 1.0 + raw, np.exp(np.minimum(raw, 0.0)))
+
+
+def run_cost(result) -> float:
+    """Median run time of a RunnerResult, FAILED_COST when it failed (as XGBModel does)."""
+    secs = getattr(result, "run_secs", None)
+    if result is None or getattr(result, "error_msg", None) or not secs:
+        return FAILED_COST
+    return float(np.median([float(s) for s in secs]))
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def _uri_run(uri: str):
+    """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    if uri.startswith("models:/"):
+        ref = uri[len("models:/"):].strip("/")
+        if "@" in ref:
+            name, alias = ref.split("@", 1)
+            mv = client.get_model_version_by_alias(name, alias)
+        else:
+            name, _, version = ref.partition("/")
+            mv = client.get_model_version(name, version)
+        return mv.run_id, name, str(mv.version)
+    if uri.startswith("runs:/"):
+        return uri[len("runs:/"):].split("/", 1)[0], None, None
+    return None, None, None
+
+
+def load_training_table(workspace: str | Path, spec: FeatureSpec):
+    """The workspace's training table restricted to `spec`'s columns, or None with the reason."""
+    from models.tables import build_table
+    from pipeline.workspace import Workspace
+
+    root = Path(workspace)
+    if not root.exists():
+        return None, f"workspace {root} is not on this machine"
+    try:
+        table = build_table(Workspace(root), spec.feature_set)
+    except Exception as e:  # noqa: BLE001 - an unusable workspace only disables the union mode
+        return None, f"{type(e).__name__}: {e}"
+    missing = [c for c in [*spec.columns, *spec.store_columns]
+               if c not in table.frame.columns and c not in table.spec.store_columns]
+    if missing:
+        return None, f"workspace {root} lacks {len(missing)} of the model's columns, e.g. {missing[:3]}"
+    from dataclasses import replace
+
+    idx = [table.spec.store_columns.index(c) for c in spec.store_columns]
+    stores = table.stores[:, idx] if table.stores is not None and idx else None
+    keep = ["record_id", "task_id", "label", *spec.columns]
+    return replace(table, frame=table.frame[keep].copy(), spec=spec, stores=stores,
+                   offsets=table.offsets if stores is not None else None), ""
+
+
+# ----------------------------------------------------------------------------- the adapter
+
+
+@dataclass
+class _Session:
+    """Measured candidates of this tuning session, per task (structural hash of its module)."""
+
+    stores: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    costs: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, group: str, per_store: list[np.ndarray], costs: list[float]) -> None:
+        self.stores.setdefault(group, []).extend(per_store)
+        self.costs.setdefault(group, []).extend(costs)
+
+    @property
+    def size(self) -> int:
+        return sum(len(c) for c in self.costs.values())
+
+
+@derived_object
+class PipelineCostModel(PyCostModel):
+    """MetaSchedule cost model backed by a pipeline CostModel (see the module docstring).
+
+    Parameters: `model` (a loaded CostModel trained on static features), `update` (refit from
+    the session's measurements), `update_every` (refit after this many measured batches),
+    `update_mode` (auto | union | continue; auto = union when the training data is found),
+    `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning), `train_data`
+    (the workspace the model was trained on, for the union mode), `threads`, `source`
+    (where the model came from, for messages)."""
+
+    def __init__(self, model: CostModel, *, update: bool = False, update_every: int = 2,
+                 update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5,
+                 train_data: str | Path | None = None, threads: int = 0, source: str = "",
+                 info: dict | None = None):
+        super().__init__()
+        from tvm.s_tir import meta_schedule as ms
+
+        if update_mode not in ("auto", "union", "continue"):
+            raise ValueError(f"update_mode={update_mode!r}; valid: auto, union, continue")
+        if int(update_every) < 1:
+            raise ValueError(f"update_every={update_every} must be >= 1")
+        self.source = source or getattr(model, "name", "model")
+        # MetaSchedule's own XGBModel (ms_xgb) extracts its features itself.
+        self.plan = None if model.name == MS_XGB else feature_plan(model.spec, self.source)
+        self.model = model
+        self.extractor = ms.feature_extractor.PerStoreFeature()
+        self.update_enabled = bool(update)
+        self.update_every = int(update_every)
+        self.update_mode = update_mode
+        self.update_rounds = int(update_rounds)
+        self.update_epochs = int(update_epochs)
+        self.train_data = str(train_data) if train_data else None
+        self.threads = int(threads)
+        self.info = dict(info or {})
+        self.session = _Session()
+        self.n_updates = 0
+        self.n_refits = 0
+        self.refit_log: list[dict] = []
+        self._train_table = None
+        if threads and hasattr(model, "threads"):
+            model.threads = int(threads)
+
+    # -- construction
+
+    @classmethod
+    def from_path(cls, folder: str | Path, **kwargs) -> "PipelineCostModel":
+        """A saved CostModel folder (features.json, model.json, ...)."""
+        from models import registry
+
+        folder = Path(folder)
+        if not (folder / "features.json").exists():
+            raise FileNotFoundError(f"{folder} is not a saved cost model (no features.json): give the folder "
+                                    f"written by CostModel.save, e.g. the `saved_model` artifact of a train run")
+        spec = FeatureSpec.from_json((folder / "features.json").read_text())
+        if json.loads((folder / "model.json").read_text()).get("name") != MS_XGB:
+            feature_plan(spec, str(folder))  # refuse before loading anything heavy
+        kwargs.setdefault("source", str(folder))
+        return cls(registry.load(folder), **kwargs)
+
+    @classmethod
+    def from_uri(cls, uri: str, *, tracking_uri: str | None = None, **kwargs) -> "PipelineCostModel":
+        """An MLflow model: `models:/<name>@<alias>`, `models:/<name>/<version>` or `runs:/<id>/model`.
+
+        The training workspace recorded with the run (tag workspace_path) becomes
+        `train_data` for the union update mode unless one is given."""
+        import mlflow
+
+        if tracking_uri:
+            mlflow.set_tracking_uri(tracking_uri)
+        run_id, name, version = _uri_run(uri)
+        info = {"uri": uri, "run_id": run_id, "registered_model": name, "version": version}
+        if run_id:
+            run = mlflow.get_run(run_id)
+            tags = run.data.tags
+            info.update({k: tags.get(k) for k in ("model", "features", "split", "workspace", "workspace_path")})
+            if tags.get("features") and tags["features"] != "static":
+                feature_plan(FeatureSpec(tags["features"]), uri)  # refuses before the download
+            if tags.get("workspace_path"):
+                kwargs.setdefault("train_data", tags["workspace_path"])
+        pyfunc = mlflow.pyfunc.load_model(uri)
+        model = pyfunc.unwrap_python_model().model
+        kwargs.setdefault("source", uri)
+        return cls(model, info=info, **kwargs)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **kwargs) -> "PipelineCostModel":
+        """An adapter saved with `save(path)` (model, settings and session data)."""
+        from models import registry
+
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(path) as tar:
+                tar.extractall(tmp, filter="data")
+            state = json.loads((Path(tmp) / "adapter.json").read_text())
+            settings = {**state["settings"], **kwargs}
+            out = cls(registry.load(Path(tmp) / "model"), info=state.get("info"), **settings)
+            out._restore(Path(tmp), state)
+        return out
+
+    # -- MetaSchedule's interface
+
+    def predict(self, context, candidates) -> np.ndarray:
+        if len(candidates) == 0:
+            return np.zeros(0, np.float64)
+        if self.plan is None:
+            return np.asarray(self.model.ms_model.predict(context, candidates), np.float64)
+        records, stores, offsets = model_inputs(self._features(context, candidates), self.plan)
+        raw = self.model.predict_arrays(records, stores, offsets)
+        return positive_scores(raw, self.model.calibrated).astype(np.float64)
+
+    def update(self, context, candidates, results) -> None:
+        if len(candidates) == 0:
+            return
+        from tvm.s_tir.meta_schedule.utils import shash2hex
+
+        per_store = self._features(context, candidates)
+        costs = [run_cost(r) for r in results]
+        self.session.add(shash2hex(context.mod), per_store, costs)
+        self.n_updates += 1
+        if self.plan is None and self.update_enabled:
+            self.model.ms_model.update(context, candidates, results)  # its own data: union
+            self.n_refits += 1
+            return
+        if self.update_enabled and self.n_updates % self.update_every == 0:
+            self.refit()
+
+    def save(self, path: str) -> None:
+        """One tar file: the model folder, adapter.json (settings, counters) and session.npz."""
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = Path(tmp)
+            self.model.save(tmp / "model")
+            groups = list(self.session.costs)
+            arrays = {}
+            for i, g in enumerate(groups):
+                stores, offsets = pack(self.session.stores[g])
+                arrays[f"stores_{i}"], arrays[f"offsets_{i}"] = stores, offsets
+                arrays[f"costs_{i}"] = np.asarray(self.session.costs[g], np.float64)
+            np.savez(tmp / "session.npz", **arrays)
+            state = {"settings": {"update": self.update_enabled, "update_every": self.update_every,
+                                  "update_mode": self.update_mode, "update_rounds": self.update_rounds,
+                                  "update_epochs": self.update_epochs, "train_data": self.train_data,
+                                  "threads": self.threads, "source": self.source},
+                     "info": self.info, "groups": groups, "n_updates": self.n_updates, "n_refits": self.n_refits,
+                     "refit_log": self.refit_log}
+            (tmp / "adapter.json").write_text(json.dumps(state, indent=2, default=str))
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(path, "w") as tar:
+                for p in ("model", "adapter.json", "session.npz"):
+                    tar.add(tmp / p, arcname=p)
+
+    def load(self, path: str) -> None:
+        """Replace this adapter's model, settings and session with those saved in `path`."""
+        other = type(self).from_file(path)
+        inner = other._inst if hasattr(other, "_inst") else other
+        for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
+                  "update_epochs", "train_data", "threads", "source", "info", "session", "n_updates",
+                  "n_refits", "refit_log"):
+            setattr(self, k, getattr(inner, k))
+        self._train_table = None
+
+    # -- internals
+
+    def _features(self, context, candidates) -> list[np.ndarray]:
+        width = len(S.PER_STORE_FEATURE_NAMES)
+        return [x.numpy().astype(np.float32, copy=False).reshape(-1, width)
+                for x in self.extractor.extract_from(context, candidates)]
+
+    def _restore(self, folder: Path, state: dict) -> None:
+        z = np.load(folder / "session.npz")
+        for i, g in enumerate(state.get("groups", [])):
+            stores, offsets, costs = z[f"stores_{i}"], z[f"offsets_{i}"], z[f"costs_{i}"]
+            self.session.add(g, [stores[offsets[j]:offsets[j + 1]] for j in range(len(offsets) - 1)],
+                             [float(c) for c in costs])
+        self.n_updates = int(state.get("n_updates", 0))
+        self.n_refits = int(state.get("n_refits", 0))
+        self.refit_log = list(state.get("refit_log", []))
+
+    def session_table(self):
+        """The session's measured candidates as a TrainingTable (labels per task: best / cost)."""
+        from models.tables import TrainingTable
+
+        frames, all_stores = [], []
+        for gi, (g, costs) in enumerate(self.session.costs.items()):
+            c = np.asarray(costs, np.float64)
+            ok = c < FAILED_COST
+            best = c[ok].min() if ok.any() else FAILED_COST
+            labels = np.where(ok, best / c, 0.0)
+            frames.append(pd.DataFrame({"record_id": [f"session-{gi}-{j}" for j in range(len(c))],
+                                        "task_id": f"session-{g}", "label": labels}))
+            all_stores.extend(self.session.stores[g])
+        frame = pd.concat(frames, ignore_index=True) if frames else \
+            pd.DataFrame({"record_id": [], "task_id": [], "label": []})
+        records, stores, offsets = model_inputs(all_stores, self.plan)
+        frame = pd.concat([frame, pd.DataFrame(records, columns=list(self.plan.columns))], axis=1)
+        return TrainingTable("session", frame, self.model.spec, {}, stores, offsets)
+
+    def _training_table(self):
+        if self._train_table is None and self.train_data:
+            self._train_table, why = load_training_table(self.train_data, self.model.spec)
+            if self._train_table is None:
+                log.warning("online update: the training data is not usable (%s): continuing from the model", why)
+                self.train_data = None
+        return self._train_table
+
+    def refit(self) -> dict:
+        """Refit the model on the session's measurements (see the module docstring)."""
+        t0 = time.perf_counter()
+        session = self.session_table()
+        if len(session) < 2:
+            return {}
+        mode = self.update_mode
+        base = self._training_table() if mode in ("auto", "union") else None
+        if mode == "union" and base is None:
+            raise ValueError(f"update_mode=union needs the model's training data: pass train_data=<workspace> "
+                             f"({self.source} does not name a workspace on this machine)")
+        mode = "union" if base is not None else "continue"
+        if mode == "union":
+            self.model = _retrain(self.model, _concat_tables(base, session))
+        else:
+            _continue(self.model, session, self.update_rounds, self.update_epochs)
+        self.n_refits += 1
+        entry = {"refit": self.n_refits, "mode": mode, "session_records": len(session),
+                 "train_records": len(base) if base is not None else 0, "seconds": time.perf_counter() - t0}
+        self.refit_log.append(entry)
+        log.info("cost model refit %d (%s): %d session + %d training records in %.1f s", self.n_refits, mode,
+                 entry["session_records"], entry["train_records"], entry["seconds"])
+        return entry
+
+
+# ----------------------------------------------------------------------------- refitting
+
+
+def _concat_tables(a, b):
+    from dataclasses import replace
+
+    frame = pd.concat([a.frame, b.frame[a.frame.columns]], ignore_index=True)
+    if a.stores is None:
+        return replace(a, frame=frame, stores=None, offsets=None)
+    stores = np.concatenate([a.stores, b.stores])
+    offsets = np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]])
+    return replace(a, frame=frame, stores=stores, offsets=offsets)
+
+
+def _retrain(model: CostModel, table) -> CostModel:
+    """The same model class and parameters, trained from scratch on `table` (no validation part)."""
+    fresh = type(model)(model.params, model.spec, model.seed, model.threads)
+    fresh.name = model.name
+    fresh.spec = model.spec
+    fresh.fit(table, table.take(np.zeros(0, np.int64)))
+    return fresh
+
+
+def _continue(model: CostModel, table, rounds: int, epochs: int) -> None:
+    """Continued boosting (LightGBM, XGBoost) or fine-tuning (MLP) on `table`, in place."""
+    from models.gbdt import LGBMModel, XGBModel
+    from models.mlp import MLPModel
+
+    if isinstance(model, LGBMModel):
+        import lightgbm as lgb
+
+        X, y, g = model._layout(table)
+        p = dict(model.params.get("params", {}))
+        p.update(seed=model.seed, num_threads=model.nthread, verbose=-1, deterministic=True,
+                 min_data_in_leaf=min(int(p.get("min_data_in_leaf", 20)), max(1, len(y) // 4)))
+        if model.ranking:
+            p.update(objective="lambdarank", label_gain=[float(2**i - 1) for i in range(int(model.params.get("rank_levels", 32)))])
+        else:
+            p.update(objective="regression")
+        model.booster = lgb.train(p, lgb.Dataset(X, y, group=g, feature_name=model.names), num_boost_round=rounds,
+                                  init_model=model.booster, keep_training_booster=True)
+    elif isinstance(model, XGBModel):
+        import xgboost as xgb
+
+        X, y, g = model._layout(table)
+        p = dict(model.params.get("params", {}))
+        p.update(seed=model.seed, nthread=model.nthread, verbosity=0,
+                 objective="rank:ndcg" if model.ranking else "reg:squarederror")
+        model.booster = xgb.train(p, model._dmatrix(X, y, g), num_boost_round=rounds, xgb_model=model.booster)
+    elif isinstance(model, MLPModel):
+        import torch
+
+        records, stores, offsets = model._arrays(table)
+        labels = torch.from_numpy(table.labels.astype(np.float32))
+        rng = np.random.default_rng(model.seed)
+        opt = torch.optim.Adam(model.net.parameters(), lr=float(model.params.get("lr", 7e-4)),
+                               weight_decay=float(model.params.get("weight_decay", 1e-6)))
+        model.net.train()
+        for _ in range(epochs):
+            for rows in model._batches(table.task_codes, rng, int(model.params.get("batch_size", 128))):
+                if len(rows) < 2 and model.loss == "lambdarank":
+                    continue
+                r, s, seg = model._tensors(records, stores, offsets, rows)
+                loss = model._loss(model.net(r, s, seg), labels[rows])
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.net.parameters(), float(model.params.get("grad_clip", 0.5)))
+                opt.step()
+        model.net.eval()
+    else:
+        raise ValueError(f"online update: no continued training for model {model.name!r} "
+                         f"({type(model).__name__}); use update_mode=union with its training data")

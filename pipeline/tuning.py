@@ -1,0 +1,213 @@
+"""Tuning with MetaSchedule: a persistent builder, a trial recorder, one tuning run.
+
+Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
+every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
+parsing of every tensor intrinsic: ~30 s of CPU on the build machines). With batches of
+16 trials that import costs more than the builds. `PersistentBuilder` runs the same build
+and export functions (LocalBuilder's `default_build` / `default_export`) in worker
+processes that live as long as the builder, so the import is paid once per worker; a
+build that times out or crashes its worker becomes an error result and the pool is
+restarted. Every cost model of a comparison uses the same builder and runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import PyBuilder
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+log = logging.getLogger(__name__)
+
+
+def _worker_init() -> None:
+    import tvm.s_tir.tensor_intrin  # noqa: F401 - what default_build imports, paid once here
+
+
+def _build(mod, target, params) -> str:
+    from tvm.s_tir.meta_schedule.builder import local_builder as lb
+
+    return lb.default_export(lb.default_build(mod, target, lb._deserialize_params(params)))
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """LocalBuilder's build and export in long-lived worker processes (see the module docstring).
+
+    The pool is TVM's PopenPoolExecutor (clean `python -m tvm.exec.popen_worker` processes,
+    per-build timeout, a crashed worker is replaced), recycled every `recycle_after` builds
+    because of the worker memory growth that makes LocalBuilder restart it every batch."""
+
+    def __init__(self, max_workers: int = 2, timeout_sec: float = 60.0, recycle_after: int = 1024):
+        super().__init__()
+        self.max_workers = max(1, int(max_workers))
+        self.timeout_sec = float(timeout_sec)
+        self.recycle_after = int(recycle_after)
+        self.pool = None
+        self.built = 0
+
+    def build(self, build_inputs):
+        from tvm.s_tir.meta_schedule.builder import BuilderResult
+        from tvm.s_tir.meta_schedule.builder import local_builder as lb
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+        if self.pool is not None and self.built >= self.recycle_after:
+            self.close()
+        if self.pool is None:
+            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
+                                          initializer=_worker_init)
+            self.built = 0
+        args = [(b.mod, b.target, lb._serialize_params(b.params)) for b in build_inputs]
+        out = []
+        for r in self.pool.map_with_error_catching(lambda x: _build(*x), args):
+            if r.status == StatusKind.COMPLETE:
+                out.append(BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                out.append(BuilderResult(None, f"PersistentBuilder: timeout, killed after {self.timeout_sec:.0f} s"))
+            else:
+                out.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{r.value}"))
+        self.built += len(args)
+        return out
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+
+
+@dataclass
+class Trial:
+    task: str  # task name in the tuning run
+    index: int  # 1-based trial number within the task
+    batch: int  # 1-based batch (search iteration) number within the task
+    latency_s: float | None  # mean of the runner's repeats; None when it failed
+    error: str | None
+    elapsed_s: float  # seconds since the recorder started
+
+
+@derived_object
+class TrialRecorder(PyMeasureCallback):
+    """Measure callback that keeps every trial's latency, in order, per task."""
+
+    def __init__(self):
+        super().__init__()
+        self.t0 = time.perf_counter()
+        self.trials: list[Trial] = []
+        self.batches: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        name = str(task_scheduler.tasks_[task_id].ctx.task_name)
+        self.batches[name] = self.batches.get(name, 0) + 1
+        now = time.perf_counter() - self.t0
+        for b, r in zip(builder_results, runner_results):
+            self.counts[name] = self.counts.get(name, 0) + 1
+            err = b.error_msg or r.error_msg
+            secs = [float(s) for s in (r.run_secs or [])]
+            lat = sum(secs) / len(secs) if secs and not err else None
+            self.trials.append(Trial(name, self.counts[name], self.batches[name], lat,
+                                     (str(err).strip().splitlines() or [""])[-1][:300] if err else None, now))
+
+
+@dataclass
+class StrategyConfig:
+    """EvolutionarySearch settings (MetaSchedule's defaults unless the config says otherwise)."""
+
+    population_size: int = 512
+    init_measured_ratio: float = 0.2
+    init_min_unmeasured: int = 50
+    genetic_num_iters: int = 4
+    genetic_mutate_prob: float = 0.85
+    genetic_max_fail_count: int = 10
+    eps_greedy: float = 0.05
+    extra: dict = field(default_factory=dict)
+
+    def make(self):
+        from tvm.s_tir import meta_schedule as ms
+
+        return ms.search_strategy.EvolutionarySearch(
+            population_size=self.population_size, init_measured_ratio=self.init_measured_ratio,
+            init_min_unmeasured=self.init_min_unmeasured, genetic_num_iters=self.genetic_num_iters,
+            genetic_mutate_prob=self.genetic_mutate_prob, genetic_max_fail_count=self.genetic_max_fail_count,
+            eps_greedy=self.eps_greedy)
+
+
+def measure_callbacks(recorder: TrialRecorder) -> list:
+    """MetaSchedule's default callbacks (database, artifact removal, cost-model update) + the recorder."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return [*ms.measure_callback.MeasureCallback.create("default"), recorder]
+
+
+def warm_up(builder, runner, mod, target) -> float:
+    """Pay the one-time costs before the timed runs, so the first cost model's tuning time is
+    not charged with them: the tensor-intrinsic import in this process, the builder's workers
+    (one build each of the unscheduled task) and the runner's worker (one run). Returns seconds."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    from tvm.s_tir import meta_schedule as ms
+
+    t0 = time.perf_counter()
+    n = getattr(builder, "max_workers", 1)
+    results = builder.build([ms.builder.BuilderInput(mod, target)] * n)
+    ok = [r.artifact_path for r in results if r.artifact_path]
+    if ok:
+        args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        for f in runner.run([ms.runner.RunnerInput(ok[0], target.kind.name, args)]):
+            f.result()
+    return time.perf_counter() - t0
+
+
+def quiet_console() -> None:
+    """MetaSchedule's console handler takes its logger's level at each tuning call (it resets
+    that level to DEBUG afterwards): keep the console to warnings; its log files keep everything."""
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+
+
+def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: int, seed: int,
+              strategy: StrategyConfig, builder, runner, num_threads: int) -> tuple[list[Trial], float, object]:
+    """One MetaSchedule tuning run of one TIR task: (trials in order, wall seconds, database)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    recorder = TrialRecorder()
+    quiet_console()
+    t0 = time.perf_counter()
+    db = ms.tune_tir(mod, target, work_dir, max_trials_global=trials, num_trials_per_iter=per_iter,
+                     builder=builder, runner=runner, database="json", cost_model=cost_model,
+                     measure_callbacks=measure_callbacks(recorder), strategy=strategy.make(),
+                     num_tuning_cores=num_threads, seed=seed)
+    return recorder.trials, time.perf_counter() - t0, db
+
+
+def tune_network(mod, params: dict, target, work_dir: str, *, cost_model, trials_per_task: int, per_iter: int,
+                 seed: int, strategy: StrategyConfig, builder, runner) -> tuple[list[Trial], float, object]:
+    """One MetaSchedule tuning run of every task of a Relax network (tune_relax)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    n_tasks = len(ms.relax_integration.extract_tasks(mod, target, params))
+    recorder = TrialRecorder()
+    quiet_console()
+    t0 = time.perf_counter()
+    db = ms.relax_integration.tune_relax(
+        mod, params, target, work_dir, max_trials_global=trials_per_task * n_tasks,
+        max_trials_per_task=trials_per_task, num_trials_per_iter=per_iter, builder=builder, runner=runner,
+        database="json", cost_model=cost_model, measure_callbacks=measure_callbacks(recorder),
+        strategy=strategy.make(), seed=seed)
+    return recorder.trials, time.perf_counter() - t0, db
+
+
+def network_latency(db, mod, params: dict, target, inputs: list, *, number: int = 3, repeat: int = 5) -> float:
+    """Mean seconds of one end-to-end call of the network compiled with the tuning database."""
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    ex = ms.relax_integration.compile_relax(db, mod, target, params or None)
+    dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
+    vm = relax.VirtualMachine(ex, dev)
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    vm["main"](*args)  # warm-up
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat)
+    return float(timer(*args).mean)
