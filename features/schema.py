@@ -274,3 +274,20 @@ def _ncu_default(per_kernel: bool) -> pa.Schema:
 
 NCU_KERNELS = _ncu_default(True)
 NCU = _ncu_default(False)
+
+# ----------------------------------------------------------------------------- stage=tune
+# Every measured trial of a tuning comparison (<workspace>/tune_trials/part-*.parquet).
+TUNE_TRIALS = _schema(
+    "tune_trials",
+    [
+        pa.field("tune_run", pa.string(), nullable=False),  # the stage run (time stamp)
+        pa.field("task", pa.string()),  # task name (a network's task name for tune.tasks=<network>)
+        pa.field("cost_model", pa.string()),  # ours | xgb | mlp | random
+        pa.field("seed", pa.int64()),
+        pa.field("trial", pa.int64()),  # 1-based, in measurement order within the task
+        pa.field("batch", pa.int64()),  # 1-based search iteration that proposed it
+        pa.field("latency_s", pa.float64()),  # mean of the runner's repeats; null when it failed
+        pa.field("elapsed_s", pa.float64()),  # seconds since the tuning run started
+        pa.field("error", pa.string()),
+    ],
+)
