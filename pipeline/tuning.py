@@ -2,12 +2,12 @@
 
 Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
 every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
-parsing of every tensor intrinsic: ~30 s of CPU on the build machines). With batches of
-16 trials that import costs more than the builds. `PersistentBuilder` runs the same build
-and export functions (LocalBuilder's `default_build` / `default_export`) in worker
-processes that live as long as the builder, so the import is paid once per worker; a
-build that times out or crashes its worker becomes an error result and the pool is
-restarted. Every cost model of a comparison uses the same builder and runner.
+parsing of every tensor intrinsic: 30-100 s here, see pipeline/tvm_compat.py), which costs
+more than the builds of a 16-trial batch. `PersistentBuilder` runs the same build and
+export functions (LocalBuilder's `default_build` / `default_export`) in worker processes
+that live as long as the builder and import the intrinsics once, the fast way; a build
+that times out or crashes its worker becomes an error result and the worker is replaced.
+Every cost model of a comparison uses the same builder and runner.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 
 def _worker_init() -> None:
-    import tvm.s_tir.tensor_intrin  # noqa: F401 - what default_build imports, paid once here
+    from pipeline.tvm_compat import preload_tensor_intrin
+
+    preload_tensor_intrin()  # what default_build imports, once per worker and fast
 
 
 def _build(mod, target, params) -> str:
@@ -146,10 +148,12 @@ def warm_up(builder, runner, mod, target) -> float:
     """Pay the one-time costs before the timed runs, so the first cost model's tuning time is
     not charged with them: the tensor-intrinsic import in this process, the builder's workers
     (one build each of the unscheduled task) and the runner's worker (one run). Returns seconds."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401
     from tvm.s_tir import meta_schedule as ms
 
+    from pipeline.tvm_compat import preload_tensor_intrin
+
     t0 = time.perf_counter()
+    preload_tensor_intrin()
     n = getattr(builder, "max_workers", 1)
     results = builder.build([ms.builder.BuilderInput(mod, target)] * n)
     ok = [r.artifact_path for r in results if r.artifact_path]

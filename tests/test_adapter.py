@@ -1,0 +1,159 @@
+"""models.adapter: a trained pipeline model as a MetaSchedule cost model, on real candidates."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from pipeline.config import compose, run_stage
+
+
+@pytest.fixture(scope="module")
+def registry_store(collected_workspace, tmp_path_factory):
+    """A static LightGBM and a profiler LightGBM trained by stage=train into a test-only MLflow store."""
+    import mlflow
+
+    root, over = collected_workspace
+    db = tmp_path_factory.mktemp("mlflow_adapter") / "mlflow.db"
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "model=lgbm"]
+    run_stage("train", [*over, "features=static"])
+    run_stage("train", [*over, "features=profiler"])
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    name = f"{root.name}-cost-model"
+    return root, over, f"models:/{name}@best-static", f"models:/{name}@best-profiler"
+
+
+def _task_candidates(root, row: int = 0):
+    """(TuneContext, MeasureCandidates, record ids, measured seconds) of one workspace task."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from features import schema as S
+    from features.static import schedule_from_trace
+    from models.tables import successful_measurements
+    from pipeline import database as D
+    from pipeline.targets import make_target
+    from pipeline.workspace import Workspace, read_table
+
+    ws = Workspace(root)
+    task = read_table(ws.tasks, S.TASKS).iloc[row]
+    mod = D.load_workload_mod(D.read_workload_lines(ws)[int(task.workload_index)])
+    cands = read_table(ws.candidates, S.CANDIDATES).dropna(subset=["trace_json"])
+    cands = cands[cands["task_id"] == task.task_id].merge(successful_measurements(ws)[["record_id", "mean_s"]])
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    mc = [ms.MeasureCandidate(schedule_from_trace(mod, t), args) for t in cands["trace_json"]]
+    ctx = ms.TuneContext(mod=mod, target=make_target(json.loads(task.target)), num_threads=1)
+    return ctx, mc, list(cands["record_id"]), list(cands["mean_s"])
+
+
+def test_predict_on_sampled_candidates(registry_store):
+    """Candidates drawn by MetaSchedule's own sampler: one float64 score each, all positive."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from models.adapter import PipelineCostModel
+    from pipeline.stages.sample import draw_candidates
+
+    root, _, uri, _ = registry_store
+    cm = PipelineCostModel.from_uri(uri, threads=1)
+    ctx, _, _, _ = _task_candidates(root)
+    schs = draw_candidates(ctx.mod, ctx.target, 12, "replay-trace", 1, 1)
+    args = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
+    cands = [ms.MeasureCandidate(s, args) for s in schs]
+    scores = cm.predict(ctx, cands)
+    assert isinstance(scores, np.ndarray) and scores.dtype == np.float64 and len(scores) == len(cands) > 0
+    assert np.isfinite(scores).all() and (scores > 0).all()
+    # Through MetaSchedule's C++ interface, as the search strategy calls it.
+    via_ffi = ms.cost_model.CostModel.predict(cm, ctx, cands)
+    np.testing.assert_array_equal(via_ffi, scores)
+
+
+def test_features_match_collect_stage(registry_store):
+    """The adapter's inputs for a workspace's records equal stage=collect's, so the model sees
+    in tuning exactly what it was trained on."""
+    from models.adapter import PipelineCostModel, model_inputs
+    from models.tables import build_table
+    from pipeline.workspace import Workspace
+
+    root, _, uri, _ = registry_store
+    cm = PipelineCostModel.from_uri(uri, threads=1)
+    inner = cm._inst
+    ctx, cands, ids, _ = _task_candidates(root)
+    records, _, _ = model_inputs(inner._features(ctx, cands), inner.plan)
+    table = build_table(Workspace(root), "static")
+    ref = table.frame.set_index("record_id").loc[ids, inner.model.spec.columns].to_numpy(np.float32)
+    np.testing.assert_allclose(records, ref, rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(inner.model.predict_arrays(records, None, None),
+                               inner.model.predict_arrays(ref, None, None), rtol=1e-6)
+
+
+def test_save_load_round_trip_with_session(registry_store, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from models.adapter import PipelineCostModel
+
+    root, _, uri, _ = registry_store
+    cm = PipelineCostModel.from_uri(uri, threads=1, update=True, update_every=1, update_mode="continue",
+                                    update_rounds=5)
+    ctx, cands, _, secs = _task_candidates(root)
+    results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs]
+    before = cm.predict(ctx, cands)
+    cm.update(ctx, cands, results)  # measured run times of these very candidates
+    after = cm.predict(ctx, cands)
+    assert cm._inst.n_refits == 1 and cm._inst.refit_log[0]["mode"] == "continue"
+    assert not np.array_equal(before, after)  # five more trees changed the scores
+    path = tmp_path / "adapter.tar"
+    cm.save(str(path))
+    back = PipelineCostModel.from_file(path)
+    np.testing.assert_array_equal(back.predict(ctx, cands), after)
+    assert back._inst.session.size == len(cands) and back._inst.n_updates == 1
+    # MetaSchedule's load(path) on another adapter replaces its model and session.
+    other = PipelineCostModel.from_uri(uri, threads=1)
+    other.load(str(path))
+    np.testing.assert_array_equal(other.predict(ctx, cands), after)
+    assert other._inst.session.size == len(cands)
+
+
+def test_union_update_retrains_on_training_data(registry_store):
+    from tvm.s_tir import meta_schedule as ms
+
+    from models.adapter import PipelineCostModel
+
+    root, _, uri, _ = registry_store
+    cm = PipelineCostModel.from_uri(uri, threads=1, update=True, update_every=1)  # auto: the run's workspace
+    assert cm._inst.train_data == str(root)
+    ctx, cands, _, secs = _task_candidates(root)
+    cm.update(ctx, cands, [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs])
+    entry = cm._inst.refit_log[-1]
+    assert entry["mode"] == "union" and entry["train_records"] > 0 and entry["session_records"] == len(cands)
+    assert cm.predict(ctx, cands).dtype == np.float64
+
+
+def test_profiler_model_is_refused(registry_store):
+    from models.adapter import FeatureMismatchError, PipelineCostModel
+
+    _, _, _, profiler_uri = registry_store
+    with pytest.raises(FeatureMismatchError, match="Profiler counters exist only after a kernel has run"):
+        PipelineCostModel.from_uri(profiler_uri)
+
+
+def test_feature_plan_refuses_mixed_and_unknown_columns():
+    from models.adapter import FeatureMismatchError, feature_plan
+    from models.base import FeatureSpec
+
+    with pytest.raises(FeatureMismatchError, match="features='all'"):
+        feature_plan(FeatureSpec("all", ["static.sum.float_mad", "profiler.perf.cycles"]))
+    with pytest.raises(FeatureMismatchError, match="not a PerStoreFeature aggregate"):
+        feature_plan(FeatureSpec("static", ["static.median.float_mad"]))
+    plan = feature_plan(FeatureSpec("static", ["static.n_stores", "static.max.float_mad"], ["float_mad"]))
+    assert list(plan.record_kind) == [1, 0] and list(plan.store_index) == [0]
+
+
+def test_positive_scores_keep_order():
+    from models.adapter import positive_scores
+
+    raw = np.array([-800.0, -3.0, -1e-6, 0.0, 5e-4, 0.2, 1.0, 40.0])
+    for calibrated in (True, False):
+        s = positive_scores(raw, calibrated)
+        assert (s > 0).all() and (np.diff(s) >= 0).all()
+    assert positive_scores(np.array([0.5]), True)[0] == 0.5
