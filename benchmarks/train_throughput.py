@@ -7,6 +7,8 @@ replacement to each requested size, and for each model measures
   predict_per_s  candidates scored per second for a batch of --batch candidates (median of
                  --repeats calls on record rows of the table, features already extracted)
   peak_rss_gb    the process's peak resident memory after the model (ru_maxrss)
+The MLP runs on its configured torch threads (conf/model/mlp.yaml, 1): its batches are small
+and intra-op threads cost more than they save on a shared CPU.
 
 Usage (Hydra overrides select the workspace, as for the pipeline):
   python benchmarks/train_throughput.py paths.data=/tmp/train_ws --rows 100000 1000000
@@ -74,7 +76,8 @@ def main(argv=None) -> int:
     p.add_argument("--rows", nargs="+", type=int, default=[100_000, 1_000_000])
     p.add_argument("--rounds", type=int, default=100, help="boosting rounds of the GBDT models")
     p.add_argument("--epochs", type=int, default=1, help="epochs of the MLP")
-    p.add_argument("--threads", type=int, default=0, help="threads per model (0 = all cores)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads per GBDT model (0 = all cores); the MLP uses its config's `threads` (1)")
     p.add_argument("--batch", type=int, default=512, help="candidates per prediction call")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
@@ -97,8 +100,6 @@ def main(argv=None) -> int:
         gc.collect()
         for name in args.models:
             model = registry.build(model_cfg(name, args.rounds, args.epochs), base.spec, seed=0, threads=threads)
-            if name == "mlp":
-                model.params["threads"] = threads
             empty = big.take(np.arange(0))
             t0 = time.perf_counter()
             model.fit(big, empty)

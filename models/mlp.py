@@ -83,7 +83,10 @@ class Scaler:
     def _compress(x: np.ndarray) -> np.ndarray:
         return np.sign(x) * np.log1p(np.abs(x))
 
-    def fit(self, x: np.ndarray) -> "Scaler":
+    def fit(self, x: np.ndarray, max_rows: int = 1 << 18, seed: int = 0) -> "Scaler":
+        """Statistics from at most `max_rows` rows (a seeded sample): bounded memory at scale."""
+        if len(x) > max_rows:
+            x = x[np.sort(np.random.default_rng(seed).choice(len(x), max_rows, replace=False))]
         z = self._compress(x.astype(np.float64))
         self.mean = np.nan_to_num(np.nanmean(z, axis=0)) if len(z) else np.zeros(x.shape[1])
         std = np.nan_to_num(np.nanstd(z, axis=0)) if len(z) else np.ones(x.shape[1])
@@ -93,6 +96,13 @@ class Scaler:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         z = (self._compress(x.astype(np.float64)) - self.mean) / self.std
         return np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+
+    def transform_chunked(self, x: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
+        """The same as calling the scaler, in chunks (float32 out, no full float64 copy)."""
+        out = np.empty(x.shape, dtype=np.float32)
+        for i in range(0, len(x), chunk):
+            out[i : i + chunk] = self(x[i : i + chunk])
+        return out
 
 
 class MLPModel(CostModel):
@@ -126,12 +136,21 @@ class MLPModel(CostModel):
         stores = table.stores if self.spec.store_columns else None
         return records, stores, table.offsets if stores is not None else None
 
-    def _tensors(self, records, stores, offsets, rows):
-        r = torch.from_numpy(self.record_scaler(records[rows]) if records.shape[1] else np.zeros((len(rows), 0), np.float32))
+    def _tensors(self, records, stores, offsets, rows, scaled: bool = False):
+        """Tensors of records `rows`; `scaled`: the arrays went through the scalers already."""
+        r = records[rows] if scaled or not records.shape[1] else self.record_scaler(records[rows])
+        r = torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32))
         if stores is None:
             return r, None, None
         idx, seg = gather_segments(offsets, rows)
-        return r, torch.from_numpy(self.store_scaler(stores[idx])), torch.from_numpy(seg)
+        s = stores[idx] if scaled else self.store_scaler(stores[idx])
+        return r, torch.from_numpy(s), torch.from_numpy(seg)
+
+    def _scaled(self, arrays):
+        """Scale once before the epochs instead of once per batch per epoch."""
+        records, stores, offsets = arrays
+        records = self.record_scaler.transform_chunked(records) if records.shape[1] else records
+        return records, None if stores is None else self.store_scaler.transform_chunked(stores), offsets
 
     def _batches(self, task_codes: np.ndarray, rng, batch: int) -> list[np.ndarray]:
         out = []
@@ -154,15 +173,16 @@ class MLPModel(CostModel):
         rng = np.random.default_rng(self.seed)
         p = self.params
         records, stores, offsets = self._arrays(train)
-        self.record_scaler.fit(records)
+        self.record_scaler.fit(records, seed=self.seed)
         if stores is not None:
-            self.store_scaler.fit(stores)
+            self.store_scaler.fit(stores, seed=self.seed)
+        records, stores, offsets = self._scaled((records, stores, offsets))
         self.net = CostMLP(len(self.spec.store_columns), len(self.spec.columns), int(p.get("hidden", 256)))
         opt = torch.optim.Adam(self.net.parameters(), lr=float(p.get("lr", 7e-4)), weight_decay=float(p.get("weight_decay", 1e-6)))
         y_train = torch.from_numpy(train.labels.astype(np.float32))
         codes = train.task_codes
         batch = int(p.get("batch_size", 128))
-        val_arrays = self._arrays(val) if len(val) else None
+        val_arrays = self._scaled(self._arrays(val)) if len(val) else None
         best, best_state, bad, curve = math.inf, None, 0, {"train_loss": [], "val_loss": []}
         max_epochs, patience = int(p.get("max_epochs", 100)), int(p.get("patience", 10))
         clip = float(p.get("grad_clip", 0.5))
@@ -175,7 +195,7 @@ class MLPModel(CostModel):
             for rows in self._batches(codes, rng, batch):
                 if len(rows) < 2 and self.loss == "lambdarank":
                     continue
-                r, s, seg = self._tensors(records, stores, offsets, rows)
+                r, s, seg = self._tensors(records, stores, offsets, rows, scaled=True)
                 loss = self._loss(self.net(r, s, seg), y_train[rows])
                 opt.zero_grad()
                 loss.backward()
@@ -215,7 +235,7 @@ class MLPModel(CostModel):
                     sub = rows[i : i + batch]
                     if len(sub) < 2 and self.loss == "lambdarank":
                         continue
-                    r, s, seg = self._tensors(records, stores, offsets, sub)
+                    r, s, seg = self._tensors(records, stores, offsets, sub, scaled=True)
                     total += float(self._loss(self.net(r, s, seg), torch.from_numpy(labels[sub].astype(np.float32))))
                     n += 1
         return total / max(n, 1)

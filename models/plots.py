@@ -48,12 +48,13 @@ def topk_curve(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path, 
 
 def importance(imp: pd.Series, title: str, path: Path, top: int = 30) -> Path:
     s = imp.head(top)[::-1]
-    fig, ax = plt.subplots(figsize=(7, 0.25 * len(s) + 1.2))
+    height = 0.25 * len(s) + 1.2
+    fig, ax = plt.subplots(figsize=(7, height))
     ax.barh(s.index, s.values)
     ax.set_xlabel("total gain")
     ax.set_title(title, fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
-    fig.subplots_adjust(left=0.45, right=0.97, top=0.94, bottom=0.1)
+    fig.subplots_adjust(left=0.45, right=0.97, top=1 - 0.35 / height, bottom=0.5 / height)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
