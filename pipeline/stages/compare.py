@@ -39,7 +39,9 @@ def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
 def to_markdown(df: pd.DataFrame) -> str:
     def fmt(v):
         if isinstance(v, float):
-            return "" if np.isnan(v) else (f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3f}")
+            if np.isnan(v):
+                return ""
+            return f"{v:.0f}" if abs(v) >= 1000 or float(v).is_integer() else f"{v:.3f}"
         return str(v)
 
     head = "| " + " | ".join(df.columns) + " |"
