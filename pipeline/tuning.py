@@ -168,6 +168,7 @@ def quiet_console() -> None:
     """MetaSchedule's console handler takes its logger's level at each tuning call (it resets
     that level to DEBUG afterwards): keep the console to warnings; its log files keep everything."""
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    logging.getLogger("mlp_model").setLevel(logging.WARNING)  # MLPModel logs every epoch at INFO
 
 
 def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: int, seed: int,

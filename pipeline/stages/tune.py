@@ -319,7 +319,8 @@ def _report(cfg, ws: Workspace, stamp: str, tasks: list[dict], network: str | No
     summary = R.summary(detail, BASELINE)
     reports = ws.root / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    prefix = f"tune-{network}" if network else "tune"
+    kind = str(cfg.tune.tasks)
+    prefix = "tune" if kind == "workspace" else f"tune-{kind}"
     files = {}
     files["summary_csv"] = reports / f"{prefix}.csv"
     summary.to_csv(files["summary_csv"], index=False)
