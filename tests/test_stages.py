@@ -109,3 +109,18 @@ def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
     build_all(jobs, 1, rows.extend, timeout_s=0.0, startup_s=0.0)
     assert sorted(r["record_id"] for r in rows) == ["r0", "r1"]
     assert all(r["error"] == "build: timeout: not built within 0 s" for r in rows)
+
+
+def test_both_strategies_draw_distinct_records(tmp_path):
+    over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke",
+            "budget.candidates_per_task=6", "sample.strategies=[replay-trace,evolutionary]"]
+    run_stage("tasks", over)
+    out = run_stage("sample", over)
+    ws = Workspace.from_cfg(compose(over))
+    cands = read_table(ws.candidates, S.CANDIDATES)
+    assert set(cands["strategy"]) == {"replay-trace", "evolutionary"}
+    assert cands["record_id"].is_unique and cands["error"].isna().all()
+    lines, bad = D.read_record_lines([ws.db_tuning_record])
+    assert not bad and len(lines) == len(cands) == out["new"]
+    assert {r.record_id(cands["task_id"].iloc[0]) for r in lines} == set(cands["record_id"])
+    assert run_stage("sample", over)["new"] == 0

@@ -111,4 +111,8 @@ def load(cfg, target) -> list[Workload]:
         log.info("zoo: %s (batch %d): %d tasks, %d calls in %.1f s", name, batch, len(found),
                  sum(w.weight for w in found), time.time() - t0)
         out.extend(found)
+    if cfg.dataset.get("ops"):
+        from pipeline.workloads import ops
+
+        out.extend(ops.load(cfg, target))
     return out
