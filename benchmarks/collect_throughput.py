@@ -48,8 +48,8 @@ def check_gpu(ncu: str) -> str:
 
 
 def kernel_jobs(ws_root: Path, n: int) -> list[dict]:
-    from features import schema as S
-    from pipeline.workspace import Workspace, read_table
+    from pipeline.core import schema as S
+    from pipeline.core.workspace import Workspace, read_table
 
     ws = Workspace(ws_root)
     kernels = read_table(ws.require(ws.kernels, "replay"), S.KERNELS)

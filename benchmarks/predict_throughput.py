@@ -30,12 +30,12 @@ def measured_xgb(ws, threads: int, seed: int):
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
-    from features import schema as S
+    from pipeline.core import schema as S
     from features.static import schedule_from_trace
     from models.tables import successful_measurements
-    from pipeline import database as D
-    from pipeline.targets import make_target
-    from pipeline.workspace import read_table
+    from pipeline.core import database as D
+    from pipeline.core.targets import make_target
+    from pipeline.core.workspace import read_table
 
     tasks = read_table(ws.tasks, S.TASKS).set_index("task_id")
     cands = read_table(ws.candidates, S.CANDIDATES).dropna(subset=["trace_json"]).drop_duplicates("record_id")
@@ -80,13 +80,13 @@ def main(argv=None) -> int:
 
     from tvm.s_tir import meta_schedule as ms
 
-    from features import schema as S
+    from pipeline.core import schema as S
     from models import tracking
     from models.adapter import PipelineCostModel
-    from pipeline import database as D
+    from pipeline.core import database as D
     from pipeline.stages.sample import draw_candidates
-    from pipeline.targets import make_target
-    from pipeline.workspace import Workspace, read_table
+    from pipeline.core.targets import make_target
+    from pipeline.core.workspace import Workspace, read_table
 
     ws = Workspace(Path(a.workspace).expanduser().resolve())
     threads = os.cpu_count() or 1

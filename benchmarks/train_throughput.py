@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models import registry  # noqa: E402
 from models.tables import build_table  # noqa: E402
 from pipeline.config import compose  # noqa: E402
-from pipeline.workspace import Workspace  # noqa: E402
+from pipeline.core.workspace import Workspace  # noqa: E402
 
 
 def peak_rss_gb() -> float:

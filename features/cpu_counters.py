@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from features.schema import PERF_EVENTS, RUSAGE_FIELDS
+from pipeline.core.schema import PERF_EVENTS, RUSAGE_FIELDS
 
 PERF_MISSING = ("perf not installed: install it (Debian: apt-get install linux-perf; Ubuntu: "
                 "apt-get install linux-tools-$(uname -r)) or set collect.perf.executable")
@@ -372,8 +372,8 @@ def collect(jobs: list[dict], root: str, opts: dict, on_row=None, progress=None)
 
 def load(ws, device: str) -> tuple["pd.DataFrame", dict[str, str]]:  # noqa: F821
     """(per-record counters, column -> why it has no value) of a workspace, error rows left out."""
-    from features.schema import CPU_COUNTERS
-    from pipeline.workspace import read_table
+    from pipeline.core.schema import CPU_COUNTERS
+    from pipeline.core.workspace import read_table
 
     df = read_table(ws.features / "cpu" / f"device={device}", CPU_COUNTERS)
     df = df[df["error"].isna()].drop_duplicates("record_id", keep="last").reset_index(drop=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from features import schema as S
+from pipeline.core import schema as S
 
 N_FEATURES = len(S.PER_STORE_FEATURE_NAMES)
 
@@ -115,7 +115,7 @@ def program_row(f: StoreFeatures, cuda_summary: dict | None = None) -> dict:
 
 def load(ws) -> tuple["pd.DataFrame", "pd.DataFrame"]:  # noqa: F821
     """(program table, per-store table) of a workspace, error rows left out."""
-    from pipeline.workspace import read_table
+    from pipeline.core.workspace import read_table
 
     program = read_table(ws.features / "static", S.STATIC)
     stores = read_table(ws.features / "static_stores", S.STATIC_STORES)
@@ -127,6 +127,6 @@ def load(ws) -> tuple["pd.DataFrame", "pd.DataFrame"]:  # noqa: F821
 def preload_tensor_intrinsics() -> None:
     """Import MetaSchedule's tensor intrinsics once per process, fast (the first TuneContext
     otherwise spends minutes in `inspect.stack()`; see pipeline/tvm_compat.py)."""
-    from pipeline.tvm_compat import preload_tensor_intrin
+    from pipeline.core.tvm_compat import preload_tensor_intrin
 
     preload_tensor_intrin()

@@ -49,7 +49,7 @@ import pandas as pd
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 
-from features import schema as S
+from pipeline.core import schema as S
 from models.base import CostModel, FeatureSpec
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ def _uri_run(uri: str):
 def load_training_table(workspace: str | Path, spec: FeatureSpec):
     """The workspace's training table restricted to `spec`'s columns, or None with the reason."""
     from models.tables import build_table
-    from pipeline.workspace import Workspace
+    from pipeline.core.workspace import Workspace
 
     root = Path(workspace)
     if not root.exists():

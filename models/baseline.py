@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from features import schema as S
+from pipeline.core import schema as S
 from models.base import CostModel, FeatureSpec
-from pipeline import database as D
-from pipeline.workspace import Workspace, read_table
+from pipeline.core import database as D
+from pipeline.core.workspace import Workspace, read_table
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class MSXGBModel(CostModel):
     def _context_and_candidates(self, task_id: str, record_ids: list[str]):
         ms = import_meta_schedule()
 
-        from pipeline.targets import make_target
+        from pipeline.core.targets import make_target
 
         task = self._tasks.loc[task_id]
         workload = ms.database.Workload.from_json(self._workloads[int(task["workload_index"])])

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from features import schema as S
+from pipeline.core import schema as S
 from models.base import FeatureSpec
-from pipeline.workspace import Workspace, WorkspaceError, read_table
+from pipeline.core.workspace import Workspace, WorkspaceError, read_table
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import hydra
 from omegaconf import DictConfig
 
 from pipeline import stages
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from pipeline.summary import print_summary
 
 log = logging.getLogger("pipeline")

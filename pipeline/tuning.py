@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def _worker_init() -> None:
-    from pipeline.tvm_compat import preload_tensor_intrin
+    from pipeline.core.tvm_compat import preload_tensor_intrin
 
     preload_tensor_intrin()  # what default_build imports, once per worker and fast
 
@@ -150,7 +150,7 @@ def warm_up(builder, runner, mod, target) -> float:
     (one build each of the unscheduled task) and the runner's worker (one run). Returns seconds."""
     from tvm.s_tir import meta_schedule as ms
 
-    from pipeline.tvm_compat import preload_tensor_intrin
+    from pipeline.core.tvm_compat import preload_tensor_intrin
 
     t0 = time.perf_counter()
     preload_tensor_intrin()

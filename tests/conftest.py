@@ -54,7 +54,7 @@ def measured_workspace(smoke_overrides) -> tuple[Path, list[str]]:
     for stage in ("tasks", "sample", "replay", "measure"):
         run_stage(stage, smoke_overrides)
     from pipeline.config import compose
-    from pipeline.workspace import Workspace
+    from pipeline.core.workspace import Workspace
 
     return Workspace.from_cfg(compose(smoke_overrides)).root, smoke_overrides
 
@@ -68,7 +68,7 @@ def collected_workspace(measured_workspace, tmp_path_factory) -> tuple[Path, lis
     import shutil
 
     from pipeline.config import compose
-    from pipeline.workspace import Workspace
+    from pipeline.core.workspace import Workspace
 
     root, overrides = measured_workspace
     data = tmp_path_factory.mktemp("collected")

@@ -29,12 +29,12 @@ def _task_candidates(root, row: int = 0):
     """(TuneContext, MeasureCandidates, record ids, measured seconds) of one workspace task."""
     from tvm.s_tir import meta_schedule as ms
 
-    from features import schema as S
+    from pipeline.core import schema as S
     from features.static import schedule_from_trace
     from models.tables import successful_measurements
-    from pipeline import database as D
-    from pipeline.targets import make_target
-    from pipeline.workspace import Workspace, read_table
+    from pipeline.core import database as D
+    from pipeline.core.targets import make_target
+    from pipeline.core.workspace import Workspace, read_table
 
     ws = Workspace(root)
     task = read_table(ws.tasks, S.TASKS).iloc[row]
@@ -73,7 +73,7 @@ def test_features_match_collect_stage(registry_store):
     in tuning exactly what it was trained on."""
     from models.adapter import PipelineCostModel, model_inputs
     from models.tables import build_table
-    from pipeline.workspace import Workspace
+    from pipeline.core.workspace import Workspace
 
     root, _, uri, _ = registry_store
     cm = PipelineCostModel.from_uri(uri, threads=1)

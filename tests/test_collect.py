@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from features import cpu_counters, cuda_resources, schema as S, static
+from features import cpu_counters, cuda_resources, static
+from pipeline.core import schema as S
 from pipeline.config import compose, run_stage
-from pipeline.workspace import Workspace, read_table
+from pipeline.core.workspace import Workspace, read_table
 
 # Short counted loops: the test checks the mechanics, not the numbers.
 FAST = ["collect.perf.min_time_s=0.01", "collect.perf.max_calls=50", "collect.profiler=perf"]

@@ -123,8 +123,8 @@ def test_harness_inputs_match_the_measure_runner():
 def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path):
     """The harness itself, for real, on llvm kernels (NVTX ranges are no-ops without a profiler)."""
     from pipeline.config import compose
-    from pipeline.workspace import Workspace, read_table
-    from features import schema as S
+    from pipeline.core.workspace import Workspace, read_table
+    from pipeline.core import schema as S
 
     root, over = measured_workspace
     ws = Workspace.from_cfg(compose(over))
@@ -171,7 +171,7 @@ def test_ncu_end_to_end_on_gpu(tmp_path):
     if shutil.which("ncu") is None:
         pytest.skip("ncu is not installed")
     from pipeline.config import compose, run_stage
-    from pipeline.workspace import Workspace, read_table
+    from pipeline.core.workspace import Workspace, read_table
 
     over = [f"paths.data={tmp_path}", f"paths.ncu_profiles={tmp_path / 'ncu'}", "target=h100",
             "dataset.ops=[GMM,SFM]", "dataset.configs=[0]", "budget=smoke", "budget.candidates_per_task=2",
@@ -190,9 +190,8 @@ def test_ncu_tables_written_from_an_outcome(tmp_path):
     """What the collect stage writes for one invocation's outcome (rows as the parser gives them)."""
     import pyarrow.parquet as pq
 
-    from features import schema as S
     from pipeline.stages.collect import write_ncu_part
-    from pipeline.workspace import read_table
+    from pipeline.core.workspace import read_table
 
     cols = list(metrics.DEFAULT_METRICS)
     kernels = [dict({c: 1.0 for c in cols}, record_id="r1", kernel_index=i, kernel_name=f"main_kernel_{i}")
@@ -203,13 +202,13 @@ def test_ncu_tables_written_from_an_outcome(tmp_path):
     jobs = [{"record_id": "r1", "task_id": "t"}, {"record_id": "r2", "task_id": "t"}]
     rec, ker = tmp_path / "ncu" / "device=h100", tmp_path / "ncu_kernels" / "device=h100"
     assert write_ncu_part(part, jobs, "ncu", cols, rec, ker, 0) == (1, 1)
-    per_record = read_table(rec, S.NCU).set_index("record_id")
+    per_record = read_table(rec, metrics.NCU).set_index("record_id")
     assert per_record.loc["r1", "n_kernels"] == 2 and per_record.loc["r1", metrics.TIME_METRIC] == 2.0
     assert per_record.loc["r1", "sm__throughput.avg.pct_of_peak_sustained_elapsed"] == 1.0
     assert per_record.loc["r2", "error"].startswith("crashed") and np.isnan(per_record.loc["r2", metrics.TIME_METRIC])
-    per_kernel = read_table(ker, S.NCU_KERNELS)
+    per_kernel = read_table(ker, metrics.NCU_KERNELS)
     assert len(per_kernel) == 3 and set(per_kernel["kernel_index"].dropna()) == {0, 1}
     meta = pq.read_schema(next(rec.glob("*.parquet"))).metadata
     assert json.loads(meta[b"pipeline.units"])[metrics.TIME_METRIC] == "nsecond"
     assert "sm__maximum_warps_per_active_cycle_pct" in json.loads(meta[b"pipeline.null_reasons"])
-    assert list(read_table(rec, S.NCU).columns) == S.NCU.names
+    assert list(read_table(rec, metrics.NCU).columns) == metrics.NCU.names

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from features import schema as S
-from pipeline.workspace import read_table
+from pipeline.core import schema as S
+from pipeline.core.workspace import read_table
 
 from conftest import ROOT
 

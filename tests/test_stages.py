@@ -6,10 +6,10 @@ import json
 
 import pandas as pd
 
-from features import schema as S
-from pipeline import database as D
+from pipeline.core import schema as S
+from pipeline.core import database as D
 from pipeline.config import compose, run_stage
-from pipeline.workspace import Workspace, read_table
+from pipeline.core.workspace import Workspace, read_table
 
 
 def test_tasks_table(measured_workspace):

@@ -154,7 +154,7 @@ def test_unrebuildable_keys_and_unsupported_steps_are_named(records, dags):
 
 
 def test_join_uses_task_ids_of_stage_tasks(records, shared_fixtures):
-    from pipeline import identity
+    from pipeline.core import identity
 
     keys = {r.workload_key for r in records}
     ids = join.task_ids_for_keys(shared_fixtures / "tenset", "llvm", keys)

@@ -16,7 +16,7 @@ from models import registry
 from models.splits import SplitError
 from models.tables import FeatureSetError, build_table
 from pipeline.config import compose, run_stage
-from pipeline.workspace import Workspace, WorkspaceError
+from pipeline.core.workspace import Workspace, WorkspaceError
 
 DEFAULT_ROWS = {("lgbm", "static"), ("xgb", "static"), ("mlp", "static"), ("ms_xgb", "static"),
                 ("lgbm", "profiler"), ("xgb", "profiler"), ("mlp", "profiler")}

@@ -26,8 +26,8 @@ def trained_store(collected_workspace, tmp_path_factory):
 def test_tiny_tune_ours_vs_random(trained_store):
     import mlflow
 
-    from features import schema as S
-    from pipeline.workspace import read_table
+    from pipeline.core import schema as S
+    from pipeline.core.workspace import read_table
 
     root, over, db = trained_store
     out = run_stage("tune", [*over, *TINY])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from pipeline import identity
+from pipeline.core import identity
 from pipeline.workloads import networks, zoo
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -35,7 +35,7 @@ def resnet18():
 def test_resnet18_tasks(resnet18):
     from tvm import tirx
 
-    from pipeline.stages.tasks import args_of
+    from pipeline.workloads import args_of
 
     names = [w.name for w in resnet18]
     assert len(names) == len(set(names)) >= 15
@@ -59,7 +59,7 @@ def test_resnet18_tasks(resnet18):
 def test_a_task_builds_and_runs(resnet18):
     import tvm
 
-    from pipeline.stages.tasks import args_of
+    from pipeline.workloads import args_of
 
     task = next(w for w in resnet18 if w.name.startswith("fused_matmul"))  # the dense layer
     lib = tvm.compile(task.mod, target=_llvm())
@@ -74,7 +74,7 @@ def test_a_task_builds_and_runs(resnet18):
 def test_bert_encoder_tasks_llvm_and_cuda():
     import tvm
 
-    from pipeline.stages.tasks import args_of
+    from pipeline.workloads import args_of
 
     cfg = _cfg(networks=["bert_encoder"], bert_layers=1)
     llvm = zoo.load(cfg, _llvm())
@@ -122,7 +122,7 @@ def test_stage_tasks_on_zoo(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from pipeline.stages import tasks
-    from pipeline.workspace import Workspace, read_table
+    from pipeline.core.workspace import Workspace, read_table
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["dataset=zoo", "dataset.networks=[resnet18]", "budget=smoke",

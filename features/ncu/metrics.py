@@ -9,6 +9,8 @@ profiling and recorded with its reason. `collect=ncu_full` uses `--set full` ins
 
 from __future__ import annotations
 
+from pipeline.core.schema import ncu_schema
+
 STALL_REASONS = (
     "barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
     "long_scoreboard", "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction",
@@ -125,3 +127,8 @@ def resolve(metrics) -> list[str]:
 def is_additive(name: str) -> bool:
     """Counters that add up over the kernels of one record (time, bytes, instructions)."""
     return name.endswith(".sum")
+
+
+# The tables of `collect=ncu` with the curated list: per kernel launch and per record.
+NCU_KERNELS = ncu_schema("ncu_kernels", list(DEFAULT_METRICS), per_kernel=True)
+NCU = ncu_schema("ncu", list(DEFAULT_METRICS), per_kernel=False)

@@ -29,12 +29,12 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline import database as D
-from pipeline.errors import PipelineError
-from pipeline.stages.sample import shard_of
-from pipeline.targets import make_target
-from pipeline.workspace import Workspace, read_table, write_part
+from pipeline.core import schema as S
+from pipeline.core import database as D
+from pipeline.core.errors import PipelineError
+from pipeline.core.sharding import shard_of
+from pipeline.core.targets import make_target
+from pipeline.core.workspace import Workspace, read_table, write_part
 
 log = logging.getLogger(__name__)
 

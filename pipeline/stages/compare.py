@@ -14,7 +14,7 @@ import pandas as pd
 
 from models import plots, tracking
 from models.metrics import ALL_METRICS
-from pipeline.workspace import Workspace, WorkspaceError
+from pipeline.core.workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import glob
 import logging
 from pathlib import Path
 
-from features import schema as S
-from pipeline.errors import PipelineError
+from pipeline.core import schema as S
+from pipeline.core.errors import PipelineError
 from pipeline.tenset import dataset as DS
-from pipeline.workspace import Workspace, write_table
+from pipeline.core.workspace import Workspace, write_table
 
 log = logging.getLogger(__name__)
 

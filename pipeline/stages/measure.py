@@ -16,14 +16,14 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline import database as D
-from pipeline.errors import PipelineError
+from pipeline.core import schema as S
+from pipeline.core import database as D
+from pipeline.core.errors import PipelineError
 from pipeline.reference import make_reference
 from pipeline.runner.bundle import export_bundle, read_results
 from pipeline.runner.kernel_runner import run_jobs
-from pipeline.stages.sample import shard_of
-from pipeline.workspace import Workspace, read_table, write_part
+from pipeline.core.sharding import shard_of
+from pipeline.core.workspace import Workspace, read_table, write_part
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,11 @@ import multiprocessing as mp
 
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline import database as D
-from pipeline.stages.sample import shard_of
-from pipeline.targets import target_dict
-from pipeline.workspace import Workspace, read_table, write_part
+from pipeline.core import schema as S
+from pipeline.core import database as D
+from pipeline.core.sharding import shard_of
+from pipeline.core.targets import target_dict
+from pipeline.core.workspace import Workspace, read_table, write_part
 
 log = logging.getLogger(__name__)
 

@@ -11,29 +11,22 @@ import logging
 
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline import database as D
-from pipeline.targets import make_target, target_dict
-from pipeline.workspace import Workspace, read_table, write_part
+from pipeline.core import schema as S
+from pipeline.core import database as D
+from pipeline.core.sharding import shard_of
+from pipeline.core.targets import make_target, target_dict
+from pipeline.core.workspace import Workspace, read_table, write_part
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("replay-trace", "evolutionary")
 
 
-def shard_of(df, cfg):
-    """Rows of `df` that belong to this shard (round-robin by position)."""
-    count, index = int(cfg.shard.count), int(cfg.shard.index)
-    if not 0 <= index < count:
-        raise ValueError(f"shard.index={index} must be in [0, shard.count={count})")
-    return df.iloc[index::count] if count > 1 else df
-
-
 def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: int) -> list:
     """Up to `n` schedules with distinct traces, drawn by a MetaSchedule search strategy."""
     from tvm.s_tir import meta_schedule as ms
 
-    from pipeline.tvm_compat import preload_tensor_intrin
+    from pipeline.core.tvm_compat import preload_tensor_intrin
 
     preload_tensor_intrin()
 

@@ -5,29 +5,13 @@ from __future__ import annotations
 import json
 import logging
 
-from features import schema as S
-from pipeline import identity
-from pipeline.targets import make_target, target_dict, target_json
-from pipeline.workloads import load_workloads
-from pipeline.workspace import Workspace, read_table, write_table
+from pipeline.core import schema as S
+from pipeline.core import identity
+from pipeline.core.targets import make_target, target_dict, target_json
+from pipeline.workloads import args_of, flops_of, load_workloads
+from pipeline.core.workspace import Workspace, read_table, write_table
 
 log = logging.getLogger(__name__)
-
-
-def args_of(mod) -> list:
-    """[[dtype, shape], ...] of the main PrimFunc's buffer parameters."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return [[str(a.dtype), [int(x) for x in a.shape]] for a in ArgInfo.from_prim_func(mod["main"])]
-
-
-def flops_of(mod) -> float:
-    from tvm.s_tir.analysis import estimate_tir_flops
-
-    try:
-        return float(estimate_tir_flops(mod))
-    except Exception:  # noqa: BLE001 - some ops (e.g. pure data movement) have no estimate
-        return float("nan")
 
 
 def select_tasks(workloads: list, limit: int) -> list:
@@ -48,7 +32,7 @@ def select_tasks(workloads: list, limit: int) -> list:
 
 def network_rows(workloads: list) -> list[dict]:
     """One row per (network, task): a task shared by two networks counts in both."""
-    from pipeline import identity
+    from pipeline.core import identity
 
     rows: dict[tuple, dict] = {}
     for w in workloads:

@@ -20,7 +20,7 @@ from models import registry, tracking
 from models.metrics import evaluate
 from models.splits import make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
-from pipeline.workspace import Workspace, WorkspaceError
+from pipeline.core.workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 

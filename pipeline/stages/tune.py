@@ -33,9 +33,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline.errors import PipelineError
-from pipeline.workspace import Workspace, WorkspaceError, read_table, write_part
+from pipeline.core import schema as S
+from pipeline.core.errors import PipelineError
+from pipeline.core.workspace import Workspace, WorkspaceError, read_table, write_part
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class TuneError(PipelineError):
 
 
 def _target(cfg, ws: Workspace, tasks: pd.DataFrame | None):
-    from pipeline.targets import make_target, target_dict
+    from pipeline.core.targets import make_target, target_dict
 
     if tasks is not None and len(tasks) and tasks["target"].notna().any():
         return make_target(json.loads(tasks["target"].dropna().iloc[0]))
@@ -60,7 +60,7 @@ def _target(cfg, ws: Workspace, tasks: pd.DataFrame | None):
 
 def workspace_tasks(cfg, ws: Workspace, limit: int | None) -> tuple[list[dict], object]:
     """[{name, mod, flops, weight}] of the workspace's first `limit` tasks, and their target."""
-    from pipeline import database as D
+    from pipeline.core import database as D
 
     tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
     if limit is not None:
@@ -75,7 +75,7 @@ def workspace_tasks(cfg, ws: Workspace, limit: int | None) -> tuple[list[dict], 
 def ops_tasks(cfg, ws: Workspace, limit: int | None) -> tuple[list[dict], object]:
     """The operator suite (conf/dataset/ops.yaml, or tune.ops / tune.configs when given)."""
     from pipeline.config import CONF_DIR
-    from pipeline.stages.tasks import flops_of
+    from pipeline.workloads import flops_of
     from pipeline.workloads import ops
 
     base = OmegaConf.load(CONF_DIR / "dataset" / "ops.yaml")
@@ -291,7 +291,7 @@ def run(cfg) -> dict:
 
 
 def _flops(mod) -> float:
-    from pipeline.stages.tasks import flops_of
+    from pipeline.workloads import flops_of
     from pipeline.workloads.zoo import as_main
 
     try:

@@ -14,10 +14,10 @@ import logging
 
 from tqdm import tqdm
 
-from features import schema as S
-from pipeline import database as D
+from pipeline.core import schema as S
+from pipeline.core import database as D
 from pipeline.tenset import replay as RP
-from pipeline.workspace import Workspace, read_table, write_json, write_part
+from pipeline.core.workspace import Workspace, read_table, write_json, write_part
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ def add_records(cfg, max_per_task: int | None = None) -> dict:
     """Commits the workspace's replayable Ansor records as candidates (once each)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from pipeline.targets import make_target, target_dict
+    from pipeline.core.targets import make_target, target_dict
 
     ws = Workspace.from_cfg(cfg)
     tasks = read_table(ws.require(ws.tasks, "tasks"))
@@ -84,7 +84,7 @@ def replay_on(mod, workload_key: str, steps: list, target_kind: str, cfg=None):
 
     The DAG is rebuilt from the TenSet copy (or the registered tutorial workloads) for
     Ansor's stage order; its PrimFunc is the task's (same task id)."""
-    from pipeline import identity
+    from pipeline.core import identity
     from pipeline.tenset import join
 
     dag = _dag_cache(cfg, target_kind).get(workload_key) or join.dag_for_key(workload_key)

@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 log = logging.getLogger(__name__)
 

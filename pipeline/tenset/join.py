@@ -40,7 +40,7 @@ def imported_dags(root: Path | None, target_kind: str) -> dict:
 
 def task_ids_for_keys(root: Path | None, target_kind: str, keys) -> dict[str, str]:
     """{workload key: task id} for the keys whose compute can be rebuilt."""
-    from pipeline import identity
+    from pipeline.core import identity
 
     dags = imported_dags(root, target_kind)
     out = {}

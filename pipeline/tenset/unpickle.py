@@ -14,7 +14,7 @@ import json
 import pickle
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 
 class UnsafePickleError(pickle.UnpicklingError, PipelineError):

@@ -30,3 +30,19 @@ def load_workloads(cfg, target) -> list[Workload]:
         raise ValueError(f"dataset.source={source!r} is not a workload source; valid: {', '.join(SOURCES)}")
     module = importlib.import_module(f"pipeline.workloads.{source}")
     return module.load(cfg, target)
+
+
+def args_of(mod) -> list:
+    """[[dtype, shape], ...] of the main PrimFunc's buffer parameters."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return [[str(a.dtype), [int(x) for x in a.shape]] for a in ArgInfo.from_prim_func(mod["main"])]
+
+
+def flops_of(mod) -> float:
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    try:
+        return float(estimate_tir_flops(mod))
+    except Exception:  # noqa: BLE001 - some ops (e.g. pure data movement) have no estimate
+        return float("nan")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 from pipeline.workloads import Workload
 
 

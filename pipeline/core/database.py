@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.workspace import Workspace, atomic_write_bytes
+from pipeline.core.workspace import Workspace, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 

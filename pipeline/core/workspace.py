@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from features import schema as S
-from pipeline.errors import PipelineError
+from pipeline.core import schema as S
+from pipeline.core.errors import PipelineError
 
 
 class WorkspaceError(PipelineError):

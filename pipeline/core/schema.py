@@ -266,15 +266,6 @@ def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozen
     return _schema(name, [*head, *cols, pa.field("error", pa.string())])
 
 
-def _ncu_default(per_kernel: bool) -> pa.Schema:
-    from features.ncu.metrics import DEFAULT_METRICS
-
-    return ncu_schema("ncu_kernels" if per_kernel else "ncu", list(DEFAULT_METRICS), per_kernel=per_kernel)
-
-
-NCU_KERNELS = _ncu_default(True)
-NCU = _ncu_default(False)
-
 # ----------------------------------------------------------------------------- stage=tune
 # Every measured trial of a tuning comparison (<workspace>/tune_trials/part-*.parquet).
 TUNE_TRIALS = _schema(
