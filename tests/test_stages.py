@@ -82,7 +82,7 @@ def test_corrupted_database_line_is_reported_and_the_rest_kept(measured_workspac
 
 
 def test_failing_build_becomes_an_error_row(measured_workspace):
-    from pipeline.stages.replay import build_one
+    from pipeline.core.builder import build_record
 
     root, overrides = measured_workspace
     ws = Workspace(root)
@@ -90,13 +90,13 @@ def test_failing_build_becomes_an_error_row(measured_workspace):
     cands = read_table(root / "candidates", S.CANDIDATES)
     trace = json.loads(cands["trace_json"].dropna().iloc[0])
     trace[0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]  # names a block that does not exist
-    row = build_one(dict(record_id="r", task_id="t", trace=trace, workload=wl,
+    row = build_record(dict(record_id="r", task_id="t", trace=trace, workload=wl,
                          target={"kind": "llvm"}, artifact="lib/r.so", artifact_abs=str(root / "lib" / "r.so")))
     assert row["error"].startswith("build: ") and row.get("artifact") is None
 
 
 def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
-    from pipeline.stages.replay import build_all
+    from pipeline.core.builder import PersistentBuilder
 
     root, _ = measured_workspace
     ws = Workspace(root)
@@ -105,8 +105,11 @@ def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
     jobs = [dict(record_id=f"r{i}", task_id="t", trace=json.loads(t), workload=wl, target={"kind": "llvm"},
                  artifact=f"lib/r{i}.so", artifact_abs=str(root / "lib" / f"timeout-r{i}.so"))
             for i, t in enumerate(traces)]
-    rows = []
-    build_all(jobs, 1, rows.extend, timeout_s=0.0, startup_s=0.0)
+    builder = PersistentBuilder(max_workers=1, timeout_sec=0.0, preload_intrinsics=False)
+    try:
+        rows = [r for batch in builder.build_records(jobs) for r in batch]
+    finally:
+        builder.close()
     assert sorted(r["record_id"] for r in rows) == ["r0", "r1"]
     assert all(r["error"] == "build: timeout: not built within 0 s" for r in rows)
 

@@ -1,0 +1,143 @@
+"""The kernel harness on real kernels: instruments, crash and hang isolation, resume, chatty children."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline.core import harness
+
+from conftest import gpu_available
+
+ADD_ARGS = [["float32", [4]], ["float32", [4]]]
+TIMER = dict(number=1, repeat=2, min_repeat_ms=1)
+
+
+def _export(func, path):
+    import tvm
+
+    tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"})).export_library(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def hang(A: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main"})
+        while A[0] < T.float32(10.0):
+            A[1] = A[1] + T.float32(1.0)
+
+    @T.prim_func
+    def crash(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "int64")):
+        T.func_attr({"global_symbol": "main"})
+        A[B[0] * T.int64(1099511627776)] = T.float32(1.0)
+
+    @T.prim_func
+    def add_one(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main"})
+        for i in range(4):
+            B[i] = A[i] + T.float32(1.0)
+
+    d = tmp_path_factory.mktemp("kernels")
+    return {name: _export(f, d / f"{name}.so") for name, f in
+            [("hang", hang), ("crash", crash), ("add_one", add_one)]} | {"dir": d}
+
+
+def _starts(path) -> list[str]:
+    return [e["record_id"] for e in harness.read_events(path) if e.get("event") == "start"]
+
+
+def test_hang_crash_and_wrong_results_become_rows_and_a_rerun_resumes(kernels, tmp_path):
+    ok_ref, wrong_ref = tmp_path / "ok.npz", tmp_path / "wrong.npz"
+    a, _ = harness.seeded_inputs(ADD_ARGS, 7)
+    idx = np.arange(4)
+    np.savez(ok_ref, seed=7, idx0=idx, idx1=idx, out0=a, out1=a + 1)
+    np.savez(wrong_ref, seed=7, idx0=idx, idx1=idx, out0=a, out1=a + 2)
+    jobs = [
+        dict(record_id="good1", artifact=kernels["add_one"], args=ADD_ARGS),
+        dict(record_id="hang", artifact=kernels["hang"], args=[["float32", [4]]]),
+        dict(record_id="crash", artifact=kernels["crash"], args=[["float32", [4]], ["int64", [4]]]),
+        dict(record_id="missing", artifact=str(tmp_path / "absent.so"), args=[["float32", [4]]]),
+        dict(record_id="ok", artifact=kernels["add_one"], args=ADD_ARGS, reference="ok.npz"),
+        dict(record_id="wrong", artifact=kernels["add_one"], args=ADD_ARGS, reference="wrong.npz"),
+    ]
+    out, streamed = tmp_path / "events.jsonl", []
+    res = {r["record_id"]: r for r in harness.supervise(jobs, out, root=tmp_path, options=TIMER, timeout_s=3,
+                                                        on_done=streamed.append)}
+    assert list(res) == [j["record_id"] for j in jobs]
+    assert sorted(e["record_id"] for e in streamed) == sorted(res)
+    assert res["hang"]["error"] == "timeout: no result within 3 s"
+    assert res["crash"]["error"] == "crashed: runner exited with signal SIGSEGV"
+    assert res["missing"]["error"].startswith("run: ") and "absent.so" in res["missing"]["error"]
+    good = res["good1"]
+    assert "error" not in good and good["repeats"] == 2 and good["mean_s"] > 0 and "checked" not in good
+    assert good["median_s"] >= good["min_s"] and len(good["run_secs"]) == 2
+    assert res["ok"]["checked"] and res["ok"]["correct"] and res["ok"]["max_abs_err"] == 0.0
+    assert res["wrong"]["checked"] and res["wrong"]["correct"] is False
+    assert abs(res["wrong"]["max_abs_err"] - 1.0) < 1e-6
+
+    # Run again with one job more: only that one runs (the hang is not retried).
+    more = jobs + [dict(record_id="good2", artifact=kernels["add_one"], args=ADD_ARGS)]
+    again = harness.supervise(more, out, root=tmp_path, options=TIMER, timeout_s=3)
+    assert [r["record_id"] for r in again] == [j["record_id"] for j in more] and "error" not in again[-1]
+    starts = _starts(out)
+    assert sorted(starts) == sorted(j["record_id"] for j in more) and starts[-1] == "good2"
+    assert harness.supervise(more, out, root=tmp_path, options=TIMER) == again  # nothing left: no child
+
+
+def test_a_chatty_child_does_not_hang_and_its_output_is_kept(kernels, tmp_path):
+    """A child that prints far more than a pipe holds (64 KiB): its output goes to a file."""
+    out = tmp_path / "events.jsonl"
+    env = dict(os.environ, PYTHONVERBOSE="1")  # every import is printed: ~1 MB on stderr
+    jobs = [dict(record_id="good", artifact=kernels["add_one"], args=ADD_ARGS)]
+    res = harness.supervise(jobs, out, root=tmp_path, options=TIMER, timeout_s=30, startup_s=120, env=env)
+    assert "error" not in res[0] and res[0]["mean_s"] > 0
+    assert out.with_suffix(".log").stat().st_size > 4 * 65536  # four pipe buffers
+
+
+def test_perf_instrument_in_one_process(kernels, tmp_path):
+    """--in-process (what the supervisor's child and ncu run; the NVTX instrument is tested
+    with ncu's command in test_ncu.py): perf counts the calibrated calls when it is
+    installed and its events are given; getrusage and wall time are always there."""
+    jobs, out = tmp_path / "jobs.jsonl", tmp_path / "perf.jsonl"
+    rows = [dict(record_id="a", artifact=kernels["add_one"], args=ADD_ARGS),
+            dict(record_id="missing", artifact="lib/missing.so", args=[])]
+    jobs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    perf = shutil.which("perf") or ""
+    proc = subprocess.run([sys.executable, str(harness.HARNESS), "--in-process", "--jobs", str(jobs), "--root",
+                           str(tmp_path), "--out", str(out), "--instrument", "perf", "--min-time-s", "0.01",
+                           "--max-calls", "50", f"--perf={perf}", "--perf-events=task-clock"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    done = harness.done_events(out)
+    assert _starts(out) == ["a", "missing"] and "missing.so" in done["missing"]["error"]
+    a = done["a"]
+    assert 1 <= a["calls"] <= 50 and a["wall_s"] > 0 and set(a["rusage"]) == set(harness.RUSAGE_DELTAS)
+    assert (a["perf_csv"] is None) == (not perf)
+    if perf:
+        assert "task-clock" in a["perf_csv"]
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks a host without a CUDA device")
+def test_no_device_fails_every_job_with_the_reason(kernels, tmp_path):
+    jobs = [dict(record_id=r, artifact=kernels["add_one"], args=ADD_ARGS) for r in ("a", "b")]
+    res = harness.supervise(jobs, tmp_path / "events.jsonl", root=tmp_path, device="cuda", options=TIMER)
+    assert len(res) == 2 and all("no cuda device" in r["error"] for r in res)
+
+
+def test_the_harness_is_standalone():
+    """It runs from a bundle on a host without the project: stdlib, NumPy, TVM and nvtx only."""
+    tree = ast.parse(harness.HARNESS.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names - set(sys.stdlib_module_names) <= {"numpy", "tvm", "nvtx", "cuda"}
