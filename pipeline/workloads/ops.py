@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
-from pipeline.workloads import Workload
+from pipeline.workloads.base import Workload
 
 
 def load(cfg, target) -> list[Workload]:

@@ -11,8 +11,8 @@ import logging
 import time
 import warnings
 
-from pipeline.workloads import Workload
-from pipeline.workloads import networks as nets
+from pipeline.workloads import ops
+from pipeline.workloads.base import Workload
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,12 @@ def network_options(cfg, name: str) -> dict:
 
 def export(name: str, batch: int = 1, seed: int = 0, **options):
     """The network as a Relax IRModule with its weights bound as constants."""
+    # torch takes seconds to import and only dataset=zoo needs it.
     import torch
     from torch.fx.experimental import optimization
     from tvm.relax.frontend.torch import from_exported_program
+
+    from pipeline.workloads import networks as nets
 
     model, example = nets.build(name, batch, seed, **options)
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
@@ -95,6 +98,8 @@ def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **option
 
 
 def load(cfg, target) -> list[Workload]:
+    from pipeline.workloads import networks as nets  # torch: seconds to import, only for dataset=zoo
+
     names = list(cfg.dataset.get("networks") or nets.NETWORKS)
     unknown = [n for n in names if n not in nets.NETWORKS]
     if unknown:
@@ -112,7 +117,5 @@ def load(cfg, target) -> list[Workload]:
                  sum(w.weight for w in found), time.time() - t0)
         out.extend(found)
     if cfg.dataset.get("ops"):
-        from pipeline.workloads import ops
-
         out.extend(ops.load(cfg, target))
     return out
