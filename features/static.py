@@ -42,6 +42,7 @@ def short_error(prefix: str, e: BaseException) -> str:
 
 def schedule_from_trace(mod, trace_json: str):
     """A Schedule of `mod` with the record's trace replayed (postprocessors included)."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
@@ -56,6 +57,7 @@ def extract(mod, target, records: list[tuple[str, str, str]], extractor=None) ->
     One `extract_from` call per task (MetaSchedule parallelises it over candidates); a
     record whose trace does not replay gets an error and does not stop the others.
     """
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 

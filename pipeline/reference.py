@@ -20,6 +20,7 @@ def sample_positions(size: int, sample: int, rng) -> np.ndarray:
 
 
 def make_reference(mod, args: list, path: Path, seed: int = 0, sample: int = 4096) -> Path:
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     lib = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))

@@ -32,6 +32,7 @@ RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py --in
 
 def runtime_tree(dest: Path) -> Path:
     """Copy the installed `tvm` package into `dest/tvm` without its compiler parts."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     src = Path(tvm.__file__).resolve().parent

@@ -28,7 +28,7 @@ import os
 import pandas as pd
 from tqdm import tqdm
 
-from features import cuda_resources, profilers
+from features import cuda_resources, profilers, static
 from pipeline.core import database as D
 from pipeline.core.sharding import Shard
 from pipeline.core.targets import make_target
@@ -38,9 +38,6 @@ log = logging.getLogger(__name__)
 
 
 def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard) -> dict:
-    # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
-    from features import static
-
     todo = ws.todo("static", cands, shard=shard, force=bool(cfg.force), clears=("static_stores", "cuda_resources"))
     counts = {"static": 0, "static_errors": 0}
     if todo.empty:

@@ -7,6 +7,7 @@ from pipeline.workloads.base import Workload
 
 
 def load(cfg, target) -> list[Workload]:
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm.s_tir.meta_schedule.testing import te_workload
 

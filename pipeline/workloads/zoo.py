@@ -51,6 +51,7 @@ def export(name: str, batch: int = 1, seed: int = 0, **options):
 
 def fuse(mod):
     """Lower to fused TIR PrimFuncs: the form `extract_tasks` splits into tasks."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm import relax
 
@@ -72,6 +73,7 @@ def fuse(mod):
 
 def as_main(mod):
     """The task's module with its one PrimFunc named `main`, as MetaSchedule expects."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm import tirx
 
@@ -86,6 +88,7 @@ def as_main(mod):
 
 def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **options) -> list[Workload]:
     """One Workload per task of one network."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
     mod = fuse(export(name, batch, seed, **options))
