@@ -18,6 +18,8 @@ import pandas as pd
 
 from features import cuda_resources
 from pipeline.core import schema as S
+from pipeline.core.database import load_workload_mod
+from pipeline.core.targets import make_target
 from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 
@@ -64,7 +66,7 @@ def extract(mod, target, records: list[tuple[str, str, str]], extractor=None) ->
     extractor = extractor or ms.feature_extractor.PerStoreFeature()
     if int(extractor.feature_vector_length) != N_FEATURES:
         raise ValueError(f"PerStoreFeature gives {extractor.feature_vector_length} values per store; "
-                         f"features/schema.py names {N_FEATURES}: update PER_STORE_FEATURE_NAMES")
+                         f"pipeline/core/schema.py names {N_FEATURES}: update PER_STORE_FEATURE_NAMES")
     args_info = ArgInfo.from_prim_func(mod["main"])
     out: list[StoreFeatures] = []
     cands, slots = [], []
@@ -120,11 +122,14 @@ def program_row(f: StoreFeatures, cuda_summary: dict | None = None) -> dict:
     return row
 
 
-def task_rows(mod, target, records: list[tuple[str, str, str | None, str | None]], *, cuda: bool = False,
-              nvcc: str | None = None, nvcc_error: str | None = None, workers: int = 1) -> dict[str, list[dict]]:
-    """Rows of one task's records (record_id, task_id, trace_json or None, candidate error)
-    for the tables `static`, `static_stores` and, with `cuda`, `cuda_resources` (ptxas
-    with `nvcc`, or `nvcc_error` as every record's reason when it is missing)."""
+def task_rows(workload: list, target: dict, records: list[tuple[str, str, str | None, str | None]], *,
+              cuda: bool = False, nvcc: str | None = None, nvcc_error: str | None = None,
+              workers: int = 1) -> dict[str, list[dict]]:
+    """Rows of one task's records for the tables `static`, `static_stores` and, with `cuda`,
+    `cuda_resources` (ptxas with `nvcc`, or `nvcc_error` as every record's reason when it is
+    missing): the collect stage's per-task work, on plain data (the task's
+    database_workload.json line, its target as a dict, and per record: record_id, task_id,
+    trace_json or None, the candidate's error)."""
     out: dict[str, list[dict]] = {"static": [], "static_stores": [], "cuda_resources": []}
     good = []
     for rid, tid, trace, error in records:
@@ -134,6 +139,7 @@ def task_rows(mod, target, records: list[tuple[str, str, str | None, str | None]
             good.append((rid, tid, trace))
     if not good:
         return out
+    mod, target = load_workload_mod(workload), make_target(target)
     feats = extract(mod, target, good)
     summaries: dict[str, dict] = {}
     if cuda:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 
 PACKAGES = ("pipeline", "features", "models")
@@ -59,24 +61,18 @@ def sys_path_edits(root: Path) -> list[str]:
             and getattr(n.value.value, "id", "") == "sys"]
 
 
-def test_libraries_never_import_a_stage():
-    bad = libraries_importing_stages(ROOT)
-    assert not bad, "features/ and models/ take data and return data; they never import a stage:\n" + "\n".join(bad)
+RULES = {
+    "features/ and models/ take data and return data; they never import a stage": libraries_importing_stages,
+    "stages meet only through the workspace's tables; no stage imports another": stages_importing_stages,
+    "pipeline/core imports nothing from features, models or the stages": core_importing_upper_layers,
+    "packages import each other by name, never through sys.path edits": sys_path_edits,
+}
 
 
-def test_no_stage_imports_another_stage():
-    bad = stages_importing_stages(ROOT)
-    assert not bad, "stages meet only through the workspace's tables:\n" + "\n".join(bad)
-
-
-def test_the_data_layer_imports_no_layer_above_it():
-    bad = core_importing_upper_layers(ROOT)
-    assert not bad, "pipeline/core imports nothing from features, models or the stages:\n" + "\n".join(bad)
-
-
-def test_no_package_edits_sys_path():
-    bad = sys_path_edits(ROOT)
-    assert not bad, "packages import each other by name, never through sys.path edits:\n" + "\n".join(bad)
+@pytest.mark.parametrize("rule", list(RULES))
+def test_layer_rule_holds(rule):
+    bad = RULES[rule](ROOT)
+    assert not bad, f"{rule}:\n" + "\n".join(bad)
 
 
 def test_the_checks_find_what_they_forbid(tmp_path):

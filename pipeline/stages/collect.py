@@ -21,6 +21,7 @@ redoes the shard.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -31,7 +32,6 @@ from tqdm import tqdm
 from features import cuda_resources, profilers, static
 from pipeline.core import database as D
 from pipeline.core.sharding import Shard
-from pipeline.core.targets import make_target
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -55,25 +55,24 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard) -> dic
     tasks = ws.read("tasks").set_index("task_id")
     workloads = D.read_workload_lines(ws)
     workers = int(cfg.jobs) or os.cpu_count() or 1
-    writers = {name: ws.writer(name, shard) for name in ("static", "static_stores", "cuda_resources")}
     bar = tqdm(total=len(todo), desc="collect static", unit="record")
-    for task_id, group in todo.groupby("task_id", sort=True):
-        records = [(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
-                   for r in group.itertuples()]
-        has_trace = any(t is not None for _, _, t, _ in records)
-        mod = D.load_workload_mod(workloads[int(tasks.loc[task_id, "workload_index"])]) if has_trace else None
-        target = make_target(json.loads(tasks.loc[task_id, "target"])) if has_trace else None
-        rows = static.task_rows(mod, target, records, cuda=cuda, nvcc=nvcc, nvcc_error=nvcc_error, workers=workers)
-        for name, writer in writers.items():
-            writer.add(rows[name])
-        for r in rows["static"]:
-            counts["static_errors" if r.get("error") else "static"] += 1
-        if cuda:
-            counts["cuda_kernels"] += sum(1 for r in rows["cuda_resources"] if not r.get("error"))
-        bar.update(len(group))
+    with contextlib.ExitStack() as stack:
+        writers = {name: stack.enter_context(ws.writer(name, shard))
+                   for name in ("static", "static_stores", "cuda_resources")}
+        for task_id, group in todo.groupby("task_id", sort=True):
+            records = [(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
+                       for r in group.itertuples()]
+            rows = static.task_rows(workloads[int(tasks.loc[task_id, "workload_index"])],
+                                    json.loads(tasks.loc[task_id, "target"]), records, cuda=cuda, nvcc=nvcc,
+                                    nvcc_error=nvcc_error, workers=workers)
+            for name, writer in writers.items():
+                writer.add(rows[name])
+            for r in rows["static"]:
+                counts["static_errors" if r.get("error") else "static"] += 1
+            if cuda:
+                counts["cuda_kernels"] += sum(1 for r in rows["cuda_resources"] if not r.get("error"))
+            bar.update(len(group))
     bar.close()
-    for writer in writers.values():
-        writer.flush()
     return counts
 
 

@@ -73,7 +73,7 @@ def run(cfg) -> dict:
     shard = Shard.from_cfg(cfg)
     device = str(cfg.target.device)
     todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=bool(cfg.force))
-    out = ws.writer("measurements", shard, flush_rows=1 << 30)
+    out = ws.writer("measurements", shard, flush_rows=1 << 30)  # flushed by hand: a part per batch of results
     # Build failures carry over as error rows: every record appears once in measurements.
     failed = todo[todo["error"].notna()]
     out.add(dict(record_id=r.record_id, task_id=r.task_id, device=device, error=r.error) for r in failed.itertuples())
