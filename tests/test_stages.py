@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 
 import pandas as pd
 
@@ -127,3 +132,27 @@ def test_both_strategies_draw_distinct_records(tmp_path):
     assert not bad and len(lines) == len(cands) == out["new"]
     assert {r.record_id(cands["task_id"].iloc[0]) for r in lines} == set(cands["record_id"])
     assert run_stage("sample", over)["new"] == 0
+
+
+def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_path):
+    """measure.mode=export, the bundle's RUN.txt run from the unpacked bundle alone, then mode=import."""
+    root, overrides = measured_workspace
+    data = tmp_path / "data"
+    shutil.copytree(root, data / root.name, ignore=shutil.ignore_patterns("measurements", "runner", "features"))
+    over = [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}",
+                                                                          "measure.bundle_runtime=false"]
+    out = run_stage("measure", [*over, "measure.mode=export"])
+    built = read_table(data / root.name / "kernels", S.KERNELS).dropna(subset=["artifact"])
+    assert out["exported"] == len(built)
+    with tarfile.open(out["bundle"]) as tar:
+        tar.extractall(tmp_path / "host", filter="data")
+    bundle = tmp_path / "host" / "bundle-0"
+    assert sorted(p.name for p in bundle.iterdir()) == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "references"]
+    cmd = (bundle / "RUN.txt").read_text().replace("python3", sys.executable)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the project on the path
+    run = subprocess.run(["sh", "-c", cmd], cwd=bundle, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    back = run_stage("measure", [*over, "measure.mode=import", f"measure.results={bundle / 'results.jsonl'}"])
+    assert back["measured"] == len(built) and back["checked"] >= 3 and back["incorrect"] == 0
+    meas = read_table(data / root.name / "measurements", S.MEASUREMENTS)
+    assert set(meas["record_id"]) == set(read_table(data / root.name / "kernels", S.KERNELS)["record_id"])
