@@ -5,6 +5,15 @@ TenSet pickled TVM 0.8 objects: each is stored as `(_new_object, (cls,), state)`
 this Unpickler resolves only the handful of TVM names TenSet uses, and maps each to a
 small stand-in class defined here: the named modules are never imported (TVM 0.27 has
 no `tvm.auto_scheduler` anyway). Any other global is refused.
+
+A small pickle must not become a huge value either: ten references to one list, nested
+forty levels deep, is 1 KB on disk and 10^40 items once printed. So before anything is
+built, the opcode stream is read with `pickletools` and refused unless it uses only the
+opcodes Python's pickler writes for TenSet's values and every second reference (a memo
+get) fetches a string, number or class, never a container, as in TenSet's own files: the
+loaded value is then a tree no larger than the file. That tree is walked once, without
+recursion, and refused when deeper or longer (counted as printed) than the limits below.
+Every error names the file and is one line.
 """
 
 from __future__ import annotations
@@ -12,13 +21,45 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import pickletools
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 
+# Limits on what one pickle may hold. TenSet's task files nest 7 levels, hold one value
+# per ~1 KB and print to about their own size.
+MAX_DEPTH = 32
+MAX_OPCODES = 5_000_000  # each value is at least one opcode, so this bounds their number
+EXPANSION = 4  # printed size <= EXPANSION x file size + EXPANSION_SLACK characters
+EXPANSION_SLACK = 1 << 20
 
-class UnsafePickleError(pickle.UnpicklingError, PipelineError):
-    """The pickle names a global outside the allowlist."""
+RESTORE = "restore it from the TenSet archive"
+
+
+class TaskFileError(pickle.UnpicklingError, PipelineError):
+    """A TenSet pickle that cannot be used; the message names the file and what to do."""
+
+
+class UnsafePickleError(TaskFileError):
+    """The pickle holds what TenSet never writes: a global outside the allowlist, a shared
+    container, a value over the limits."""
+
+
+class DamagedPickleError(TaskFileError):
+    """The file is truncated, malformed or not a TenSet pickle at all."""
+
+
+def refused(source, reason: str) -> UnsafePickleError:
+    return UnsafePickleError(f"{source}: refused: {_one_line(reason)}; TenSet never writes this, so {RESTORE}")
+
+
+def damaged(source, reason: str) -> DamagedPickleError:
+    return DamagedPickleError(f"{source}: damaged or not a TenSet task file ({_one_line(reason)}); {RESTORE}")
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class TVMObject:
@@ -29,6 +70,9 @@ class TVMObject:
     def __setstate__(self, state):
         if not isinstance(state, dict):
             raise pickle.UnpicklingError(f"{self.type_name}: expected a dict state, got {type(state).__name__}")
+        for k in state:  # a field may not replace a method (`kind`, `graph`) or a dunder
+            if not isinstance(k, str) or hasattr(type(self), k):
+                raise UnsafePickleError(f"{self.type_name} state sets field {str(k)[:80]!r}")
         self.__dict__.update(state)
 
     def __repr__(self):
@@ -131,31 +175,128 @@ ALLOWED = {
     ("tvm.runtime.container", "String"): String,
 }
 
+# Opcodes that push a value a memo get may fetch again: strings, numbers, None/bools,
+# globals (TenSet shares its dict keys and class names). A container fetched twice
+# (lists, tuples, dicts, objects) is refused: it is how a small pickle grows.
+_ATOMS = frozenset({
+    "NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT",
+    "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8",
+    "GLOBAL", "STACK_GLOBAL",
+})
+_MEMO_PUT = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT"})
+_MEMO_GET = frozenset({"BINGET", "LONG_BINGET"})
+# What Python's pickler writes (protocols 2-5) for None, bools, ints, floats, str, bytes,
+# tuples, lists, dicts and objects rebuilt by REDUCE/NEWOBJ + BUILD. Not here: protocol
+# 0/1 text opcodes, DUP (a second reference without the memo), extension codes,
+# persistent ids, sets, bytearrays and out-of-band buffers, none of which TenSet writes.
+_OPCODES = _ATOMS | _MEMO_PUT | _MEMO_GET | frozenset({
+    "PROTO", "FRAME", "STOP", "MARK", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
+    "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM", "SETITEMS", "REDUCE", "NEWOBJ", "BUILD",
+})
+
+
+def _allowed(module: str, name: str):
+    try:
+        return ALLOWED[(module, name)]
+    except KeyError:
+        raise UnsafePickleError(
+            f"refusing to load global {module}.{name}: TenSet task pickles only name "
+            f"{', '.join(sorted(m + '.' + n for m, n in ALLOWED))}"
+        ) from None
+
 
 class TenSetUnpickler(pickle.Unpickler):
     """Resolves only ALLOWED names, to the stand-ins above; imports nothing."""
 
     def find_class(self, module, name):
-        try:
-            return ALLOWED[(module, name)]
-        except KeyError:
-            raise UnsafePickleError(
-                f"refusing to load global {module}.{name}: TenSet task pickles only name "
-                f"{', '.join(sorted(m + '.' + n for m, n in ALLOWED))}"
-            ) from None
+        return _allowed(module, name)
 
     def persistent_load(self, pid):
         raise UnsafePickleError(f"refusing persistent id {pid!r}")
 
 
-def loads(data: bytes):
-    return TenSetUnpickler(io.BytesIO(data)).load()
+def check_opcodes(data: bytes) -> None:
+    """Reads the opcode stream without building anything and refuses what TenSet never
+    writes: unknown opcodes, globals outside ALLOWED, memo slots out of order (a memo
+    index of 2^31 makes the unpickler allocate 16 GB), a memo get of a container."""
+    stream = io.BytesIO(data)
+    memo: list[tuple[str, int]] = []  # (opcode that pushed the value, its byte offset)
+    top = ("", 0)  # the same for the value on top of the stack
+    n = 0
+    try:
+        for op, arg, pos in pickletools.genops(stream):
+            n += 1
+            if n > MAX_OPCODES:
+                raise UnsafePickleError(f"more than {MAX_OPCODES:,} pickle opcodes (TenSet task files hold thousands)")
+            name = op.name
+            if name not in _OPCODES:
+                raise DamagedPickleError(f"pickle opcode {name} at byte {pos}, which TenSet task files never use")
+            if name == "GLOBAL":
+                _allowed(*str(arg).split(" ", 1))
+            if name in _MEMO_PUT:
+                if name != "MEMOIZE" and arg != len(memo):
+                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} out of sequence (expected {len(memo)})")
+                memo.append(top)
+            elif name in _MEMO_GET:
+                if not 0 <= arg < len(memo):
+                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} read before it is written")
+                if memo[arg][0] not in _ATOMS:
+                    what, where = memo[arg]
+                    raise UnsafePickleError(
+                        f"a second reference (byte {pos}) to the container built by {what or 'an opcode'} at "
+                        f"byte {where}; TenSet shares only strings and class names, and shared containers "
+                        f"let a small file expand without bound")
+                top = memo[arg]
+            elif name != "FRAME":
+                top = (name, pos)
+    except ValueError as e:  # pickletools: truncated data, unknown opcode byte, bad length
+        raise DamagedPickleError(str(e)) from None
+    if stream.tell() != len(data):
+        raise DamagedPickleError(f"{len(data) - stream.tell()} bytes after the end of the pickle")
+
+
+def check_tree(obj, max_chars: int) -> None:
+    """Refuses a loaded value deeper than MAX_DEPTH or longer than `max_chars` when
+    printed (strings and bytes by their length, other values as one character each).
+    Iterative and bounded: every step adds at least one character."""
+    stack = [(obj, 1)]
+    chars = 0
+    while stack:
+        x, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 7)")
+        chars += len(x) + 1 if isinstance(x, (str, bytes)) else 1
+        if chars > max_chars:
+            raise UnsafePickleError(f"values longer than {max_chars:,} characters once printed")
+        if isinstance(x, (list, tuple)):
+            stack.extend((y, depth + 1) for y in x)
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                stack += ((k, depth + 1), (v, depth + 1))
+        elif isinstance(x, TVMObject):
+            stack.append((x.__dict__, depth + 1))
+
+
+def loads(data: bytes, source: str = "pickle data"):
+    """Checks and loads one TenSet pickle; every failure is a TaskFileError naming `source`."""
+    try:
+        check_opcodes(data)
+        obj = TenSetUnpickler(io.BytesIO(data)).load()
+        check_tree(obj, EXPANSION * len(data) + EXPANSION_SLACK)
+    except UnsafePickleError as e:
+        raise refused(source, str(e)) from None
+    except Exception as e:  # noqa: BLE001 - untrusted data: any failure means the file is unusable
+        raise damaged(source, str(e) or type(e).__name__) from None
+    return obj
 
 
 def load(path: str | Path):
     """Load one TenSet pickle (a task pickle or all_tasks.pkl) with the restricted Unpickler."""
-    with open(path, "rb") as f:
-        return TenSetUnpickler(f).load()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TaskFileError(f"cannot read {path}: {e.strerror or e}") from None
+    return loads(data, str(path))
 
 
 def _num(v):
