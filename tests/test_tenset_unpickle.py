@@ -118,6 +118,11 @@ def test_new_object_only_builds_tvm_stand_ins():
                + s("tvm.runtime.container") + s("String") + b"\x93" + b"\x85R.")
     with pytest.raises(U.UnsafePickleError, match="not an allowed TVM class"):
         U.loads(payload)
+    # Nor may a pickle set attributes on it (BUILD on the function itself).
+    build = b"\x80\x04" + s("tvm.runtime.object") + s("_new_object") + b"\x93" + b"}" + s("x") + b"Nsb."
+    with pytest.raises(U.UnsafePickleError, match="BUILD at byte .* applied to the value of STACK_GLOBAL"):
+        U.loads(build)
+    assert not U._new_object.__dict__
 
 
 def test_plain_data_still_loads():
@@ -242,19 +247,40 @@ def test_shared_strings_are_bounded_by_the_printed_size(tmp_path):
     assert U.loads(pickle.dumps(([s] * 3, [1]), protocol=4)) == ([s] * 3, [1])  # a few are fine
 
 
+def test_copies_of_a_shared_string_count_in_the_printed_size():
+    # String(s) copies s: 2000 Strings of one 10 KB string are 20 MB from a 22 KB file.
+    def s(x):
+        return b"\x8c" + bytes([len(x)]) + x.encode()
+    text = "x" * 10_000
+    def payload(copies):  # [String(text), String(text), ...], the class and text in memo 0 and 1
+        return (b"\x80\x04](" + s("tvm.runtime.container") + s("String") + b"\x93\x94"
+                + b"X" + len(text).to_bytes(4, "little") + text.encode() + b"\x94\x85\x81"
+                + b"h\x00h\x01\x85\x81" * (copies - 1) + b"e.")
+    _, err, took, peak = _bounded(lambda: U.loads(payload(2000), "strings.pkl"))
+    assert isinstance(err, U.UnsafePickleError) and "characters once printed" in str(err)
+    assert peak < 4 << 20
+    few = U.loads(payload(3))
+    assert few == [text] * 3 and all(isinstance(x, U.String) for x in few)
+
+
 def test_deep_nesting_and_too_many_opcodes_are_refused(monkeypatch):
     deep = []
     for _ in range(200):  # no sharing at all, only depth
         deep = [deep]
     with pytest.raises(U.UnsafePickleError, match="nested deeper than 32 levels"):
         U.loads(pickle.dumps(deep, protocol=4), "deep.pkl")
+    # A dict keyed by a tuple nested a million deep: hashing it overflows the C stack.
+    crash = b"\x80\x04}" + b")" + b"\x85" * 1_000_000 + b"Ns."
+    _, err, took, _ = _bounded(lambda: U.loads(crash, "crash.pkl"))
+    assert isinstance(err, U.UnsafePickleError) and "nested deeper" in str(err) and took < 5
     monkeypatch.setattr(U, "MAX_OPCODES", 50)
     with pytest.raises(U.UnsafePickleError, match="more than 50 pickle opcodes"):
         U.loads(pickle.dumps(list(range(100)), protocol=4), "wide.pkl")
 
 
 def test_memo_tricks_are_refused_before_anything_is_built():
-    # LONG_BINPUT at index 2^31-1 would make the unpickler allocate a 16 GB memo.
+    # A 9-byte pickle: LONG_BINPUT at slot 2^31-1 makes the unpickler allocate a 32 GB memo
+    # (slot 2^26 takes 1 GB).
     _, err, took, peak = _bounded(lambda: U.loads(b"\x80\x04N" + b"r\xff\xff\xff\x7f" + b".", "memo.pkl"))
     assert isinstance(err, U.DamagedPickleError) and "memo slot 2147483647" in str(err)
     assert peak < 1 << 20
@@ -307,6 +333,10 @@ def test_damaged_files_give_one_line_naming_the_file_and_import_nothing(shared_f
         assert ("damaged or not a TenSet task file" in msg or "refused" in msg), (what, msg)
         assert "restore it from the TenSet archive, or leave network dcgan out" in msg, (what, msg)
     assert set(sys.modules) == before
+    path.unlink()
+    path.mkdir()  # not a file at all
+    with pytest.raises(U.TaskFileError, match=re.escape(f"{path}: cannot read it (Is a directory)")):
+        T.read_task_file(_task_file(path))
 
 
 @pytest.mark.parametrize("obj, expected", [
@@ -343,6 +373,21 @@ def test_wrong_task_fields_are_named(shared_fixtures, tmp_path):
     path.write_bytes(tenset_pickle(([task], [1])))
     with pytest.raises(U.DamagedPickleError, match=r"task 0: unreadable target \(KeyError"):
         T.read_task_file(_task_file(path))
+    # A target kind named by 40 levels of 10 references to one Array node.
+    task = _real_task(shared_fixtures)
+    task.target = copy.copy(task.target)
+    g = json.loads(task.target.handle)
+    nodes = g["nodes"]
+    first = len(nodes)
+    nodes += [{"type_key": "Array", "data": [first + k + 1] * 10} for k in range(40)]
+    nodes.append({"type_key": "runtime.String", "repr_str": "llvm"})
+    kind_node = nodes[int(nodes[g["root"]]["attrs"]["kind"])]
+    kind_node["attrs"]["name"] = str(first)
+    task.target.handle = json.dumps(g)
+    path.write_bytes(tenset_pickle(([task], [1])))
+    _, err, took, _ = _bounded(lambda: T.read_task_file(_task_file(path)))
+    assert isinstance(err, U.DamagedPickleError) and took < 3
+    assert "task 0: unreadable target (UnpicklingError: a target attribute expands to more than" in str(err)
     # The unmodified task still reads (the cases above fail for the reason named).
     task = _real_task(shared_fixtures)
     path.write_bytes(tenset_pickle(([task], [1])))

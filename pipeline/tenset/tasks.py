@@ -35,7 +35,8 @@ def read_task_file(tf: TaskFile) -> list[ImportedTask]:
     try:
         tasks, weights, kinds = _read(tf)
     except U.TaskFileError as e:
-        raise type(e)(f"{e}, or leave network {tf.network} out (dataset.networks lists the networks to import)") from None
+        hint = f"or leave network {tf.network} out (dataset.networks lists the networks to import)"
+        raise type(e)(f"{e}, {hint}") from None
     if not tasks:
         log.info("%s holds no tasks (an empty TenSet task list); nothing to import", tf.path.name)
         return []

@@ -8,12 +8,12 @@ no `tvm.auto_scheduler` anyway). Any other global is refused.
 
 A small pickle must not become a huge value either: ten references to one list, nested
 forty levels deep, is 1 KB on disk and 10^40 items once printed. So before anything is
-built, the opcode stream is read with `pickletools` and refused unless it uses only the
-opcodes Python's pickler writes for TenSet's values and every second reference (a memo
-get) fetches a string, number or class, never a container, as in TenSet's own files: the
-loaded value is then a tree no larger than the file. That tree is walked once, without
-recursion, and refused when deeper or longer (counted as printed) than the limits below.
-Every error names the file and is one line.
+built, the unpickler's stack is run over the opcode stream (read with `pickletools`)
+and the pickle is refused unless it uses only the opcodes Python's pickler writes for
+TenSet's values, every second reference (a memo get) fetches a string, number or class,
+never a container, as in TenSet's own files (so the value is a tree), and that tree is
+no deeper and no longer once printed than the limits below. Every error is one line
+naming the file.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 
-# Limits on what one pickle may hold. TenSet's task files nest 7 levels, hold one value
-# per ~1 KB and print to about their own size.
+# Limits on what one pickle may hold, checked before anything is built. TenSet's task
+# files nest 10 levels, hold one value per ~1 KB and print to about their own size.
 MAX_DEPTH = 32
 MAX_OPCODES = 5_000_000  # each value is at least one opcode, so this bounds their number
 EXPANSION = 4  # printed size <= EXPANSION x file size + EXPANSION_SLACK characters
@@ -131,12 +131,13 @@ class Target(TVMObject):
         amap = nodes[int(root["attrs"]["attrs"])]
         keys, out = amap.get("keys", []), {}
         data = amap.get("data", [])
+        budget = [MAX_LEAF_NODES]  # for all attributes together
         if keys:  # string-keyed Map: "keys" names, "data" values
             pairs = zip(keys, data)
         else:
-            pairs = ((_leaf(nodes, data[i]), data[i + 1]) for i in range(0, len(data), 2))
+            pairs = ((_leaf(nodes, data[i], budget), data[i + 1]) for i in range(0, len(data), 2))
         for k, v in pairs:
-            out[str(k)] = _leaf(nodes, v)
+            out[str(k)] = _leaf(nodes, v, budget)
         return out
 
 
@@ -183,16 +184,35 @@ _ATOMS = frozenset({
     "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8",
     "GLOBAL", "STACK_GLOBAL",
 })
+_EMPTY = frozenset({"EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT"})
+_TUPLE_N = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 _MEMO_PUT = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT"})
 _MEMO_GET = frozenset({"BINGET", "LONG_BINGET"})
+# Opcodes that add to the value below them: (values taken: a count, or "mark" for all
+# above the last MARK; the opcodes that may have built the value they add to).
+_GROW = {
+    "APPEND": (1, ("EMPTY_LIST",)), "APPENDS": ("mark", ("EMPTY_LIST",)),
+    "SETITEM": (2, ("EMPTY_DICT",)), "SETITEMS": ("mark", ("EMPTY_DICT",)),
+    "BUILD": (1, ("REDUCE", "NEWOBJ")),  # an object's state, never a class or _new_object
+}
 # What Python's pickler writes (protocols 2-5) for None, bools, ints, floats, str, bytes,
 # tuples, lists, dicts and objects rebuilt by REDUCE/NEWOBJ + BUILD. Not here: protocol
-# 0/1 text opcodes, DUP (a second reference without the memo), extension codes,
-# persistent ids, sets, bytearrays and out-of-band buffers, none of which TenSet writes.
-_OPCODES = _ATOMS | _MEMO_PUT | _MEMO_GET | frozenset({
-    "PROTO", "FRAME", "STOP", "MARK", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
-    "EMPTY_LIST", "APPEND", "APPENDS", "EMPTY_DICT", "SETITEM", "SETITEMS", "REDUCE", "NEWOBJ", "BUILD",
-})
+# 0/1 text opcodes, DUP and POP (stack tricks), extension codes, persistent ids, sets,
+# bytearrays and out-of-band buffers, none of which TenSet writes.
+_OPCODES = _ATOMS | _EMPTY | _MEMO_PUT | _MEMO_GET | set(_TUPLE_N) | set(_GROW) | {
+    "PROTO", "FRAME", "STOP", "MARK", "TUPLE", "REDUCE", "NEWOBJ",
+}
+
+
+class _Value:
+    """What the opcode check knows of a value on the unpickler's stack: the opcode and
+    offset that pushed it, how deep it nests and how long it prints (approximately: one
+    character per value plus the text of strings and the digits of numbers)."""
+
+    __slots__ = ("op", "pos", "depth", "size")
+
+    def __init__(self, op: str, pos: int, depth: int = 1, size: int = 1):
+        self.op, self.pos, self.depth, self.size = op, pos, depth, size
 
 
 def _allowed(module: str, name: str):
@@ -216,12 +236,41 @@ class TenSetUnpickler(pickle.Unpickler):
 
 
 def check_opcodes(data: bytes) -> None:
-    """Reads the opcode stream without building anything and refuses what TenSet never
-    writes: unknown opcodes, globals outside ALLOWED, memo slots out of order (a memo
-    index of 2^31 makes the unpickler allocate 16 GB), a memo get of a container."""
+    """Runs the unpickler's stack over the opcode stream without building anything and
+    refuses what TenSet never writes, before the real unpickler sees it: unknown opcodes,
+    globals outside ALLOWED, memo slots out of order (a memo slot of 2^31 makes the
+    unpickler allocate tens of GB), a memo get of a container, values nested deeper than
+    MAX_DEPTH (hashing a 1 MB pickle of nested tuples crashes the interpreter) or printing
+    longer than EXPANSION x the file size."""
+    max_size = EXPANSION * len(data) + EXPANSION_SLACK
     stream = io.BytesIO(data)
-    memo: list[tuple[str, int]] = []  # (opcode that pushed the value, its byte offset)
-    top = ("", 0)  # the same for the value on top of the stack
+    stack: list[_Value] = []
+    marks: list[int] = []  # the stack's height at each open MARK
+    memo: list[_Value] = []
+    pos = 0
+
+    def take(n) -> list[_Value]:
+        """The top n values (or all above the last MARK), removed from the stack."""
+        if n == "mark":
+            if not marks:
+                raise DamagedPickleError(f"opcode at byte {pos} needs a MARK that is not there")
+            n = len(stack) - marks.pop()
+        if n > len(stack) - (marks[-1] if marks else 0):
+            raise DamagedPickleError(f"opcode at byte {pos} takes more values than the stack holds")
+        items = stack[len(stack) - n:]
+        del stack[len(stack) - n:]
+        return items
+
+    def grow(v: _Value, items: list[_Value]) -> _Value:
+        v.depth = max(v.depth, 1 + max((x.depth for x in items), default=0))
+        v.size += sum(x.size for x in items)
+        if v.depth > MAX_DEPTH:
+            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 10)")
+        if v.size > max_size:
+            raise UnsafePickleError(f"values longer than {max_size:,} characters once printed "
+                                    f"({EXPANSION}x the file size + {EXPANSION_SLACK:,})")
+        return v
+
     n = 0
     try:
         for op, arg, pos in pickletools.genops(stream):
@@ -231,50 +280,58 @@ def check_opcodes(data: bytes) -> None:
             name = op.name
             if name not in _OPCODES:
                 raise DamagedPickleError(f"pickle opcode {name} at byte {pos}, which TenSet task files never use")
-            if name == "GLOBAL":
-                _allowed(*str(arg).split(" ", 1))
-            if name in _MEMO_PUT:
+            if name in _ATOMS:
+                if name == "GLOBAL":
+                    _allowed(*str(arg).split(" ", 1))
+                elif name == "STACK_GLOBAL":  # module and name: checked by find_class
+                    take(2)
+                text = len(arg) if isinstance(arg, (str, bytes)) else 0
+                if isinstance(arg, int) and not isinstance(arg, bool):
+                    text = arg.bit_length() // 3  # about its decimal digits
+                stack.append(_Value(name, pos, 1, 1 + text))
+            elif name in _EMPTY:
+                stack.append(_Value(name, pos))
+            elif name == "MARK":
+                marks.append(len(stack))
+            elif name == "TUPLE" or name in _TUPLE_N:
+                stack.append(grow(_Value(name, pos), take(_TUPLE_N.get(name, "mark"))))
+            elif name in ("REDUCE", "NEWOBJ"):  # callable(*args): as deep and as long as its arguments
+                args = take(2)[1]
+                stack.append(grow(_Value(name, pos, max(1, args.depth - 1), args.size), []))
+            elif name in _GROW:
+                count, into = _GROW[name]
+                items = take(count)
+                if len(stack) <= (marks[-1] if marks else 0):
+                    raise DamagedPickleError(f"{name} at byte {pos} has nothing to add to")
+                if stack[-1].op not in into:
+                    raise UnsafePickleError(f"{name} at byte {pos} applied to the value of {stack[-1].op} "
+                                            f"at byte {stack[-1].pos}")
+                grow(stack[-1], items)
+            elif name in _MEMO_PUT:
                 if name != "MEMOIZE" and arg != len(memo):
                     raise DamagedPickleError(f"memo slot {arg} at byte {pos} out of sequence (expected {len(memo)})")
-                memo.append(top)
+                if not stack:
+                    raise DamagedPickleError(f"{name} at byte {pos} with an empty stack")
+                memo.append(stack[-1])
             elif name in _MEMO_GET:
                 if not 0 <= arg < len(memo):
                     raise DamagedPickleError(f"memo slot {arg} at byte {pos} read before it is written")
-                if memo[arg][0] not in _ATOMS:
-                    what, where = memo[arg]
+                v = memo[arg]
+                if v.op not in _ATOMS:
                     raise UnsafePickleError(
-                        f"a second reference (byte {pos}) to the container built by {what or 'an opcode'} at "
-                        f"byte {where}; TenSet shares only strings and class names, and shared containers "
-                        f"let a small file expand without bound")
-                top = memo[arg]
-            elif name != "FRAME":
-                top = (name, pos)
+                        f"a second reference (byte {pos}) to the container built by {v.op} at byte {v.pos}; "
+                        f"TenSet shares only strings and class names, and shared containers let a small "
+                        f"file expand without bound")
+                stack.append(v)
+            elif name == "PROTO" and not 2 <= arg <= pickle.HIGHEST_PROTOCOL:
+                raise DamagedPickleError(f"pickle protocol {arg} (TenSet task files use 2 to 4)")
+            elif name == "STOP" and (len(stack) != 1 or marks):
+                raise DamagedPickleError(f"{len(stack)} values and {len(marks)} open MARKs at the end "
+                                         f"(expected 1 and 0)")
     except ValueError as e:  # pickletools: truncated data, unknown opcode byte, bad length
         raise DamagedPickleError(str(e)) from None
     if stream.tell() != len(data):
         raise DamagedPickleError(f"{len(data) - stream.tell()} bytes after the end of the pickle")
-
-
-def check_tree(obj, max_chars: int) -> None:
-    """Refuses a loaded value deeper than MAX_DEPTH or longer than `max_chars` when
-    printed (strings and bytes by their length, other values as one character each).
-    Iterative and bounded: every step adds at least one character."""
-    stack = [(obj, 1)]
-    chars = 0
-    while stack:
-        x, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 7)")
-        chars += len(x) + 1 if isinstance(x, (str, bytes)) else 1
-        if chars > max_chars:
-            raise UnsafePickleError(f"values longer than {max_chars:,} characters once printed")
-        if isinstance(x, (list, tuple)):
-            stack.extend((y, depth + 1) for y in x)
-        elif isinstance(x, dict):
-            for k, v in x.items():
-                stack += ((k, depth + 1), (v, depth + 1))
-        elif isinstance(x, TVMObject):
-            stack.append((x.__dict__, depth + 1))
 
 
 def loads(data: bytes, source: str = "pickle data"):
@@ -282,7 +339,6 @@ def loads(data: bytes, source: str = "pickle data"):
     try:
         check_opcodes(data)
         obj = TenSetUnpickler(io.BytesIO(data)).load()
-        check_tree(obj, EXPANSION * len(data) + EXPANSION_SLACK)
     except UnsafePickleError as e:
         raise refused(source, str(e)) from None
     except Exception as e:  # noqa: BLE001 - untrusted data: any failure means the file is unusable
@@ -295,7 +351,8 @@ def load(path: str | Path):
     try:
         data = Path(path).read_bytes()
     except OSError as e:
-        raise TaskFileError(f"cannot read {path}: {e.strerror or e}") from None
+        raise TaskFileError(f"{path}: cannot read it ({e.strerror or e}); check that it is a readable file, "
+                            f"or {RESTORE}") from None
     return loads(data, str(path))
 
 
@@ -309,7 +366,17 @@ def _num(v):
             return v
 
 
-def _leaf(nodes, ref):
+# Nodes one target attribute may expand to: the JSON graph may share nodes, so writing an
+# Array out is bounded (TenSet's targets have a few dozen nodes in all).
+MAX_LEAF_NODES = 10_000
+
+
+def _leaf(nodes, ref, budget: list[int] | None = None):
+    """A JSON graph node as a plain value (strings, numbers, lists of them)."""
+    budget = [MAX_LEAF_NODES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise pickle.UnpicklingError(f"a target attribute expands to more than {MAX_LEAF_NODES:,} nodes")
     n = nodes[int(ref)]
     tk = n.get("type_key")
     if tk in ("runtime.String", "String"):
@@ -319,5 +386,5 @@ def _leaf(nodes, ref):
     if tk == "FloatImm":
         return float(n["attrs"]["value"])
     if tk == "Array":
-        return [_leaf(nodes, x) for x in n.get("data", [])]
+        return [_leaf(nodes, x, budget) for x in n.get("data", [])]
     return n
