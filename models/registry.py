@@ -32,12 +32,16 @@ class UnknownModelError(ValueError):
     pass
 
 
+def check(cfg: DictConfig | dict) -> None:
+    """Refuse a config that names no model class."""
+    if "_target_" not in cfg:
+        raise UnknownModelError(f"model config {cfg.get('name', '?')!r} has no `_target_` (the model class, e.g. "
+                                f"models.gbdt.LGBMModel): it is not a model; pick one with model=<name>")
+
+
 def create(cfg: DictConfig | dict, spec: FeatureSpec, *, seed: int = 0, threads: int = 0) -> CostModel:
     """An untrained model from its config (a conf/model/<name>.yaml node)."""
-    if "_target_" not in cfg:
-        name = cfg.get("name", "?")
-        raise UnknownModelError(f"model config {name!r} has no `_target_` (the model class, e.g. "
-                                f"models.gbdt.LGBMModel): it is not a model; pick one with model=<name>")
+    check(cfg)
     # partial: the config's keys become plain keyword arguments; spec, seed and threads are
     # passed to the class as they are (instantiate would turn a dataclass into a dict)
     make = instantiate(cfg, _partial_=True, _convert_="all")

@@ -47,7 +47,10 @@ def model_configs(cfg) -> list[dict]:
     """The model configs this run trains (validated before any work starts)."""
     nodes = _selected(cfg.model, cfg.train.models, "train.models", "model", "model", registry.UnknownModelError) \
         if str(cfg.model.name) == registry.ALL else [cfg.model]
-    return [OmegaConf.to_container(n, resolve=True) for n in nodes]
+    out = [OmegaConf.to_container(n, resolve=True) for n in nodes]
+    for m in out:
+        registry.check(m)
+    return out
 
 
 def feature_configs(cfg) -> list[dict]:
