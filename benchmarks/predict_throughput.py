@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     r_ours = rate(lambda: ours.predict(ctx, cands), n, a.repeat)
     r_xgb = rate(lambda: xgb.predict(ctx, cands), n, a.repeat)
     r_ext = rate(lambda: extractor.extract_from(ctx, cands), n, a.repeat)
-    info = ours._inst.info if hasattr(ours, "_inst") else ours.info
+    info = ours.info
     print(f"workspace {ws.name}, task {task['name']}: {n} MetaSchedule candidates per predict call, "
           f"{threads} threads, best of {a.repeat}")
     print(f"  ours   ({info.get('model') or ours.model.name}, {ours.source}): {r_ours:10.0f} candidates/s")

@@ -10,7 +10,7 @@ replacement to each requested size, and for each model measures
 The MLP runs on its configured torch threads (conf/model/mlp.yaml, 1): its batches are small
 and intra-op threads cost more than they save on a shared CPU.
 
-Usage (Hydra overrides select the workspace, as for the pipeline):
+Usage (Hydra overrides select the workspace and may change a model, as for the pipeline):
   python benchmarks/train_throughput.py paths.data=/tmp/train_ws --rows 100000 1000000
 """
 
@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from omegaconf import OmegaConf
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from models import registry  # noqa: E402
-from models.tables import build_table  # noqa: E402
-from pipeline.config import compose  # noqa: E402
-from pipeline.core.workspace import Workspace  # noqa: E402
+from models import registry
+from models.tables import build_table
+from pipeline.config import compose
+from pipeline.core.workspace import Workspace
 
 
 def peak_rss_gb() -> float:
@@ -44,14 +43,17 @@ def resample(table, n: int, seed: int):
     return table.take(np.sort(idx))
 
 
-def model_cfg(name: str, rounds: int, epochs: int) -> dict:
-    from omegaconf import OmegaConf
-
-    cfg = OmegaConf.to_container(registry.model_config(name), resolve=True)
-    cfg["rounds_without_val"] = rounds
-    cfg["max_epochs"] = epochs
-    cfg["max_seconds"] = 0
-    return cfg
+def model_cfg(cfg, name: str, rounds: int, epochs: int) -> dict:
+    """Model `name`'s composed config (model=all holds every one) with a fixed training budget."""
+    if name not in cfg.model:
+        raise SystemExit(f"--models: {name!r} is not a model config; valid: "
+                         f"{', '.join(k for k in cfg.model if k != 'name')}")
+    out = OmegaConf.to_container(cfg.model[name], resolve=True)
+    if "rounds_without_val" in out:
+        out["rounds_without_val"] = rounds
+    if "max_epochs" in out:
+        out.update(max_epochs=epochs, max_seconds=0)
+    return out
 
 
 def predict_rate(model, table, batch: int, repeats: int) -> float:
@@ -83,11 +85,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None, help="also write the results as JSON here")
     args = p.parse_args(argv)
 
-    cfg = compose(list(args.overrides))
+    cfg = compose(["model=all", "features=each", *args.overrides])
     ws = Workspace.from_cfg(cfg)
-    from omegaconf import OmegaConf
-
-    fcfg = OmegaConf.load(registry.CONF / "features" / f"{args.features}.yaml")
+    fcfg = cfg.features[args.features]
     base = build_table(ws, args.features, exclude=list(fcfg.get("exclude") or []), device=str(cfg.target.device))
     threads = args.threads or os.cpu_count() or 1
     stores_per = (len(base.stores) / len(base)) if base.stores is not None else 0.0
@@ -99,7 +99,9 @@ def main(argv=None) -> int:
         big = resample(base, n, seed=n)
         gc.collect()
         for name in args.models:
-            model = registry.build(model_cfg(name, args.rounds, args.epochs), base.spec, seed=0, threads=threads)
+            mcfg = model_cfg(cfg, name, args.rounds, args.epochs)
+            # as stage=train: a model config's own `threads` (the MLP's) wins
+            model = registry.create(mcfg, base.spec, seed=0, threads=int(mcfg.get("threads") or 0) or threads)
             empty = big.take(np.arange(0))
             t0 = time.perf_counter()
             model.fit(big, empty)

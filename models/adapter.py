@@ -33,24 +33,29 @@ through its own `update`, which is the union mode.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import math
-import os
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
+from mlflow import MlflowClient
 from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
+from tvm.s_tir.meta_schedule.utils import shash2hex
 
-from pipeline.core import schema as S
+from features import static
+from models import registry
 from models.base import CostModel, FeatureSpec
+from models.tables import TrainingTable, build_table
+from pipeline.core import schema as S
+from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +77,13 @@ class FeatureMismatchError(ValueError):
 class FeaturePlan:
     """How to rebuild a model's input columns from PerStoreFeature rows.
 
-    record_kind[i]: 0 = aggregate (agg_index, feature_index), 1 = n_stores, 2 = not computable
+    record_kind[i]: 0 = aggregate (its `<agg>.<feature>` name in features.static.aggregate's
+    output: aggregate_keys, in the order of these columns), 1 = n_stores, 2 = not computable
     without a build (NaN). store_index: position in the 164-vector of each store column."""
 
     columns: tuple[str, ...]
     record_kind: np.ndarray
-    record_agg: np.ndarray
-    record_feature: np.ndarray
+    aggregate_keys: tuple[str, ...]
     store_columns: tuple[str, ...]
     store_index: np.ndarray
     needs_build: tuple[str, ...] = ()
@@ -99,17 +104,18 @@ def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
             "for the unmeasured candidates it asks a cost model to rank. Use a model trained on static "
             "features: the registered alias `best-static` (models:/<workspace>-cost-model@best-static), or "
             "train one with `python -m pipeline stage=train features=static`.")
-    kind, agg, feat, build = [], [], [], []
+    kind, keys, build = [], [], []
     for c in spec.columns:
         rest = c[len(STATIC):]
         a, _, f = rest.partition(".")
         if rest == N_STORES:
-            kind.append(1), agg.append(0), feat.append(0)
+            kind.append(1)
         elif a in aggs and f in names:
-            kind.append(0), agg.append(aggs[a]), feat.append(names[f])
+            kind.append(0)
+            keys.append(rest)
         elif a == "cuda":
             # Build-time resources (ptxas): known only after compiling the candidate.
-            kind.append(2), agg.append(0), feat.append(0)
+            kind.append(2)
             build.append(c)
         else:
             raise FeatureMismatchError(f"{source}: column {c!r} is not a PerStoreFeature aggregate "
@@ -122,8 +128,7 @@ def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
         log.warning("%s uses %d build-time column(s) (%s...): unknown before a candidate is compiled, given "
                     "as missing values; train with features.exclude='[^cuda\\.]' to avoid them",
                     source, len(build), build[0])
-    return FeaturePlan(tuple(spec.columns), np.asarray(kind, np.int8), np.asarray(agg, np.int64),
-                       np.asarray(feat, np.int64), tuple(spec.store_columns),
+    return FeaturePlan(tuple(spec.columns), np.asarray(kind, np.int8), tuple(keys), tuple(spec.store_columns),
                        np.asarray([names[c] for c in spec.store_columns], np.int64), tuple(build))
 
 
@@ -137,20 +142,15 @@ def pack(per_store: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return stores, offsets
 
 
-def aggregates(stores: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """[n, len(STATIC_AGGREGATES), 164]: sum, mean, max over each candidate's stores (float64,
-    NaN for a candidate without stores), as features.static.aggregate computes them."""
-    n, width = len(offsets) - 1, stores.shape[1]
-    out = np.full((n, len(S.STATIC_AGGREGATES), width), np.nan)
-    counts = np.diff(offsets)
-    has = np.flatnonzero(counts > 0)
-    if len(has):
-        v = stores.astype(np.float64)
-        starts = offsets[:-1][has]
-        red = {"sum": np.add.reduceat(v, starts, axis=0), "max": np.maximum.reduceat(v, starts, axis=0)}
-        red["mean"] = red["sum"] / counts[has, None]
-        for i, a in enumerate(S.STATIC_AGGREGATES):
-            out[has, i] = red[a]
+def aggregate_rows(stores: np.ndarray, offsets: np.ndarray, keys: tuple[str, ...]) -> np.ndarray:
+    """[n, len(keys)] float64: the program-level values `keys` (`<agg>.<feature>`) of each
+    candidate's stores, as stage=collect computes them (features.static.aggregate); NaN for a
+    candidate without stores."""
+    out = np.full((len(offsets) - 1, len(keys)), np.nan)
+    for i in range(len(offsets) - 1 if keys else 0):
+        values = static.aggregate(stores[offsets[i]:offsets[i + 1]])
+        if values:
+            out[i] = [values[k] for k in keys]
     return out
 
 
@@ -160,25 +160,12 @@ def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan):
     n = len(per_store)
     records = np.full((n, len(plan.columns)), np.nan, np.float32)
     if len(plan.columns):
-        agg = aggregates(stores, offsets)
         k = plan.record_kind
-        sel = np.flatnonzero(k == 0)
-        records[:, sel] = agg[:, plan.record_agg[sel], plan.record_feature[sel]].astype(np.float32)
+        records[:, np.flatnonzero(k == 0)] = aggregate_rows(stores, offsets, plan.aggregate_keys).astype(np.float32)
         records[:, np.flatnonzero(k == 1)] = np.diff(offsets)[:, None].astype(np.float32)
     if plan.store_columns:
         return records, stores[:, plan.store_index], offsets
     return records, None, None
-
-
-def model_frame(per_store: list[np.ndarray], record_ids: list[str], plan: FeaturePlan) -> pd.DataFrame:
-    """The same inputs as the model's pyfunc frame (one row per store, or per record)."""
-    records, stores, offsets = model_inputs(per_store, plan)
-    if stores is None:
-        return pd.DataFrame(records, columns=list(plan.columns)).assign(record_id=record_ids)
-    rep = np.repeat(np.arange(len(record_ids)), np.diff(offsets))
-    df = pd.DataFrame(records[rep], columns=list(plan.columns))
-    df.insert(0, "record_id", np.asarray(record_ids, dtype=object)[rep])
-    return pd.concat([df, pd.DataFrame(stores, columns=list(plan.store_columns))], axis=1)
 
 
 def positive_scores(raw: np.ndarray, calibrated: bool) -> np.ndarray:
@@ -206,8 +193,6 @@ def run_cost(result) -> float:
 
 def _uri_run(uri: str):
     """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown)."""
-    from mlflow import MlflowClient
-
     client = MlflowClient()
     if uri.startswith("models:/"):
         ref = uri[len("models:/"):].strip("/")
@@ -225,9 +210,6 @@ def _uri_run(uri: str):
 
 def load_training_table(workspace: str | Path, spec: FeatureSpec):
     """The workspace's training table restricted to `spec`'s columns, or None with the reason."""
-    from models.tables import build_table
-    from pipeline.core.workspace import Workspace
-
     root = Path(workspace)
     if not root.exists():
         return None, f"workspace {root} is not on this machine"
@@ -239,8 +221,6 @@ def load_training_table(workspace: str | Path, spec: FeatureSpec):
                if c not in table.frame.columns and c not in table.spec.store_columns]
     if missing:
         return None, f"workspace {root} lacks {len(missing)} of the model's columns, e.g. {missing[:3]}"
-    from dataclasses import replace
-
     idx = [table.spec.store_columns.index(c) for c in spec.store_columns]
     stores = table.stores[:, idx] if table.stores is not None and idx else None
     keep = ["record_id", "task_id", "label", *spec.columns]
@@ -283,8 +263,6 @@ class PipelineCostModel(PyCostModel):
                  train_data: str | Path | None = None, threads: int = 0, source: str = "",
                  info: dict | None = None):
         super().__init__()
-        from tvm.s_tir import meta_schedule as ms
-
         if update_mode not in ("auto", "union", "continue"):
             raise ValueError(f"update_mode={update_mode!r}; valid: auto, union, continue")
         if int(update_every) < 1:
@@ -315,8 +293,6 @@ class PipelineCostModel(PyCostModel):
     @classmethod
     def from_path(cls, folder: str | Path, **kwargs) -> "PipelineCostModel":
         """A saved CostModel folder (features.json, model.json, ...)."""
-        from models import registry
-
         folder = Path(folder)
         if not (folder / "features.json").exists():
             raise FileNotFoundError(f"{folder} is not a saved cost model (no features.json): give the folder "
@@ -333,8 +309,6 @@ class PipelineCostModel(PyCostModel):
 
         The training workspace recorded with the run (tag workspace_path) becomes
         `train_data` for the union update mode unless one is given."""
-        import mlflow
-
         if tracking_uri:
             mlflow.set_tracking_uri(tracking_uri)
         run_id, name, version = _uri_run(uri)
@@ -355,8 +329,6 @@ class PipelineCostModel(PyCostModel):
     @classmethod
     def from_file(cls, path: str | Path, **kwargs) -> "PipelineCostModel":
         """An adapter saved with `save(path)` (model, settings and session data)."""
-        from models import registry
-
         with tempfile.TemporaryDirectory() as tmp:
             with tarfile.open(path) as tar:
                 tar.extractall(tmp, filter="data")
@@ -380,8 +352,6 @@ class PipelineCostModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         if len(candidates) == 0:
             return
-        from tvm.s_tir.meta_schedule.utils import shash2hex
-
         per_store = self._features(context, candidates)
         costs = [run_cost(r) for r in results]
         self.session.add(shash2hex(context.mod), per_store, costs)
@@ -405,10 +375,7 @@ class PipelineCostModel(PyCostModel):
                 arrays[f"stores_{i}"], arrays[f"offsets_{i}"] = stores, offsets
                 arrays[f"costs_{i}"] = np.asarray(self.session.costs[g], np.float64)
             np.savez(tmp / "session.npz", **arrays)
-            state = {"settings": {"update": self.update_enabled, "update_every": self.update_every,
-                                  "update_mode": self.update_mode, "update_rounds": self.update_rounds,
-                                  "update_epochs": self.update_epochs, "train_data": self.train_data,
-                                  "threads": self.threads, "source": self.source},
+            state = {"settings": self.settings(),
                      "info": self.info, "groups": groups, "n_updates": self.n_updates, "n_refits": self.n_refits,
                      "refit_log": self.refit_log}
             (tmp / "adapter.json").write_text(json.dumps(state, indent=2, default=str))
@@ -417,10 +384,22 @@ class PipelineCostModel(PyCostModel):
                 for p in ("model", "adapter.json", "session.npz"):
                     tar.add(tmp / p, arcname=p)
 
+    def settings(self) -> dict:
+        """The constructor's settings (all but the model and info)."""
+        return {"update": self.update_enabled, "update_every": self.update_every, "update_mode": self.update_mode,
+                "update_rounds": self.update_rounds, "update_epochs": self.update_epochs,
+                "train_data": self.train_data, "threads": self.threads, "source": self.source}
+
+    def copy(self, *, threads: int | None = None) -> "PipelineCostModel":
+        """A fresh adapter with the same model and settings and an empty session, for another
+        tuning run; with online updates on, its own copy of the model, so refits do not leak."""
+        model = self.model.copy() if self.update_enabled else self.model
+        settings = self.settings() if threads is None else {**self.settings(), "threads": int(threads)}
+        return PipelineCostModel(model, info=self.info, **settings)
+
     def load(self, path: str) -> None:
         """Replace this adapter's model, settings and session with those saved in `path`."""
-        other = type(self).from_file(path)
-        inner = other._inst if hasattr(other, "_inst") else other
+        inner = PipelineCostModel.from_file(path)._inst
         for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
                   "update_epochs", "train_data", "threads", "source", "info", "session", "n_updates",
                   "n_refits", "refit_log"):
@@ -446,8 +425,6 @@ class PipelineCostModel(PyCostModel):
 
     def session_table(self):
         """The session's measured candidates as a TrainingTable (labels per task: best / cost)."""
-        from models.tables import TrainingTable
-
         frames, all_stores = [], []
         for gi, (g, costs) in enumerate(self.session.costs.items()):
             c = np.asarray(costs, np.float64)
@@ -484,9 +461,16 @@ class PipelineCostModel(PyCostModel):
                              f"({self.source} does not name a workspace on this machine)")
         mode = "union" if base is not None else "continue"
         if mode == "union":
-            self.model = _retrain(self.model, _concat_tables(base, session))
+            # the same class and hyperparameters, trained from scratch (no validation part)
+            fresh = self.model.clone()
+            both = _concat_tables(base, session)
+            fresh.fit(both, both.take(np.zeros(0, np.int64)))
+            self.model = fresh
         else:
-            _continue(self.model, session, self.update_rounds, self.update_epochs)
+            try:
+                self.model.continue_fit(session, rounds=self.update_rounds, epochs=self.update_epochs)
+            except NotImplementedError as e:
+                raise ValueError(f"online update: {e}; use update_mode=union with its training data") from e
         self.n_refits += 1
         entry = {"refit": self.n_refits, "mode": mode, "session_records": len(session),
                  "train_records": len(base) if base is not None else 0, "seconds": time.perf_counter() - t0}
@@ -500,71 +484,9 @@ class PipelineCostModel(PyCostModel):
 
 
 def _concat_tables(a, b):
-    from dataclasses import replace
-
     frame = pd.concat([a.frame, b.frame[a.frame.columns]], ignore_index=True)
     if a.stores is None:
         return replace(a, frame=frame, stores=None, offsets=None)
     stores = np.concatenate([a.stores, b.stores])
     offsets = np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]])
     return replace(a, frame=frame, stores=stores, offsets=offsets)
-
-
-def _retrain(model: CostModel, table) -> CostModel:
-    """The same model class and parameters, trained from scratch on `table` (no validation part)."""
-    fresh = type(model)(model.params, model.spec, model.seed, model.threads)
-    fresh.name = model.name
-    fresh.spec = model.spec
-    fresh.fit(table, table.take(np.zeros(0, np.int64)))
-    return fresh
-
-
-def _continue(model: CostModel, table, rounds: int, epochs: int) -> None:
-    """Continued boosting (LightGBM, XGBoost) or fine-tuning (MLP) on `table`, in place."""
-    from models.gbdt import LGBMModel, XGBModel
-    from models.mlp import MLPModel
-
-    if isinstance(model, LGBMModel):
-        import lightgbm as lgb
-
-        X, y, g = model._layout(table)
-        p = dict(model.params.get("params", {}))
-        p.update(seed=model.seed, num_threads=model.nthread, verbose=-1, deterministic=True,
-                 min_data_in_leaf=min(int(p.get("min_data_in_leaf", 20)), max(1, len(y) // 4)))
-        if model.ranking:
-            p.update(objective="lambdarank", label_gain=[float(2**i - 1) for i in range(int(model.params.get("rank_levels", 32)))])
-        else:
-            p.update(objective="regression")
-        model.booster = lgb.train(p, lgb.Dataset(X, y, group=g, feature_name=model.names), num_boost_round=rounds,
-                                  init_model=model.booster, keep_training_booster=True)
-    elif isinstance(model, XGBModel):
-        import xgboost as xgb
-
-        X, y, g = model._layout(table)
-        p = dict(model.params.get("params", {}))
-        p.update(seed=model.seed, nthread=model.nthread, verbosity=0,
-                 objective="rank:ndcg" if model.ranking else "reg:squarederror")
-        model.booster = xgb.train(p, model._dmatrix(X, y, g), num_boost_round=rounds, xgb_model=model.booster)
-    elif isinstance(model, MLPModel):
-        import torch
-
-        records, stores, offsets = model._arrays(table)
-        labels = torch.from_numpy(table.labels.astype(np.float32))
-        rng = np.random.default_rng(model.seed)
-        opt = torch.optim.Adam(model.net.parameters(), lr=float(model.params.get("lr", 7e-4)),
-                               weight_decay=float(model.params.get("weight_decay", 1e-6)))
-        model.net.train()
-        for _ in range(epochs):
-            for rows in model._batches(table.task_codes, rng, int(model.params.get("batch_size", 128))):
-                if len(rows) < 2 and model.loss == "lambdarank":
-                    continue
-                r, s, seg = model._tensors(records, stores, offsets, rows)
-                loss = model._loss(model.net(r, s, seg), labels[rows])
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.net.parameters(), float(model.params.get("grad_clip", 0.5)))
-                opt.step()
-        model.net.eval()
-    else:
-        raise ValueError(f"online update: no continued training for model {model.name!r} "
-                         f"({type(model).__name__}); use update_mode=union with its training data")

@@ -10,6 +10,7 @@ tabular models, one row per buffer store (with a `record_id` column) for store m
 from __future__ import annotations
 
 import json
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -67,17 +68,25 @@ def split_frame(df: pd.DataFrame, spec: FeatureSpec) -> tuple[list, np.ndarray, 
 
 
 class CostModel(ABC):
-    """A trainable cost model (see the module docstring)."""
+    """A trainable cost model (see the module docstring).
+
+    Subclasses take their hyperparameters as typed keyword arguments (what a
+    conf/model/<name>.yaml config passes through `hydra.utils.instantiate`) and record them
+    in `hyperparams`, which is saved with the model and given back to the constructor by
+    `load` and `clone`."""
 
     name: str = ""
+    #: the library the model is made with: lightgbm | xgboost | mlp | ms_xgb (MLflow param model.library)
+    library: str = ""
     #: mlflow flavor module that logs `native()`: lightgbm | xgboost | pytorch
     flavor: str = ""
     #: True when scores estimate normalized throughput (regression), so RMSE/R² apply
     calibrated: bool = True
 
-    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
-        self.params = dict(params)
+    def __init__(self, spec: FeatureSpec, *, hyperparams: dict, name: str = "", seed: int = 0, threads: int = 0):
+        self.hyperparams = dict(hyperparams)
         self.spec = spec
+        self.name = name or type(self).name
         self.seed = int(seed)
         self.threads = int(threads)
         self.info: dict = {}  # filled by fit: best iteration / epochs, curves
@@ -85,6 +94,11 @@ class CostModel(ABC):
     @abstractmethod
     def fit(self, train, val) -> dict:
         """Train on `train` (a TrainingTable), early-stop on `val` (may be empty); returns info."""
+
+    @abstractmethod
+    def continue_fit(self, table, *, rounds: int, epochs: int) -> None:
+        """Train the fitted model further on `table`, in place (online updates during tuning):
+        `rounds` more boosting rounds for tree models, `epochs` more epochs for networks."""
 
     @abstractmethod
     def predict(self, table) -> np.ndarray:
@@ -98,6 +112,19 @@ class CostModel(ABC):
         """Scores from a DataFrame (see the module docstring): columns record_id, score."""
         ids, records, stores, offsets = split_frame(df, self.spec)
         return pd.DataFrame({"record_id": ids, "score": self.predict_arrays(records, stores, offsets)})
+
+    def clone(self) -> "CostModel":
+        """An untrained model of the same class, hyperparameters and input columns."""
+        return type(self)(self.spec, name=self.name, seed=self.seed, threads=self.threads, **self.hyperparams)
+
+    def copy(self) -> "CostModel":
+        """An independent copy of the trained model (through save and load: the library
+        objects, e.g. TVM's, do not all survive a deepcopy)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save(Path(tmp) / "model")
+            out = type(self).load(Path(tmp) / "model")
+        out.threads = self.threads
+        return out
 
     @abstractmethod
     def save(self, folder: Path) -> None:
@@ -121,13 +148,16 @@ class CostModel(ABC):
         (folder / "features.json").write_text(self.spec.to_json())
         (folder / "model.json").write_text(json.dumps(
             {"name": self.name, "class": f"{type(self).__module__}.{type(self).__qualname__}",
-             "params": self.params, "seed": self.seed, "info": _plain(self.info)}, indent=2, default=str))
+             "params": self.hyperparams, "seed": self.seed, "info": _plain(self.info)}, indent=2, default=str))
 
-    @staticmethod
-    def _load_common(folder: Path) -> tuple[dict, FeatureSpec]:
+    @classmethod
+    def _load_common(cls, folder: Path) -> "CostModel":
+        """An untrained instance from a saved folder's model.json and features.json."""
         meta = json.loads((folder / "model.json").read_text())
         spec = FeatureSpec.from_json((folder / "features.json").read_text())
-        return meta, spec
+        model = cls(spec, name=meta["name"], seed=meta["seed"], **meta["params"])
+        model.info = meta.get("info", {})
+        return model
 
 
 def _plain(obj):

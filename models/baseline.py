@@ -18,12 +18,16 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import xgboost as xgb
 from tqdm import tqdm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
-from pipeline.core import schema as S
+from features.static import preload_tensor_intrinsics
 from models.base import CostModel, FeatureSpec
 from pipeline.core import database as D
+from pipeline.core import schema as S
+from pipeline.core.targets import make_target
 from pipeline.core.workspace import Workspace, read_table
 
 log = logging.getLogger(__name__)
@@ -31,26 +35,22 @@ log = logging.getLogger(__name__)
 N_PER_STORE = 164  # PerStoreFeature's vector length with its default settings
 
 
-def import_meta_schedule():
-    """tvm.s_tir.meta_schedule, with the tensor intrinsics that TuneContext imports preloaded
-    the fast way (features.static.preload_tensor_intrinsics: seconds instead of minutes)."""
-    from features.static import preload_tensor_intrinsics
-
-    preload_tensor_intrinsics()
-    from tvm.s_tir import meta_schedule as ms
-
-    return ms
-
-
 class MSXGBModel(CostModel):
+    """Hyperparameters (conf/model/ms_xgb.yaml): early_stopping_rounds (XGBModel's own)."""
+
     name = "ms_xgb"
+    library = "ms_xgb"
     flavor = "xgboost"
     calibrated = True
 
-    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
+    def __init__(self, spec: FeatureSpec, *, name: str = "", early_stopping_rounds: int = 50, seed: int = 0,
+                 threads: int = 0):
         store_cols = spec.store_columns if len(spec.store_columns) == N_PER_STORE else \
             [f"ms.per_store.{i}" for i in range(N_PER_STORE)]
-        super().__init__(params, FeatureSpec("static", [], store_cols, spec.target_kind), seed, threads)
+        super().__init__(FeatureSpec("static", [], store_cols, spec.target_kind),
+                         hyperparams={"early_stopping_rounds": int(early_stopping_rounds)}, name=name, seed=seed,
+                         threads=threads)
+        self.early_stopping_rounds = int(early_stopping_rounds)
         self.ms_model = None
         self.ws: Workspace | None = None
         self._tasks = self._traces = self._workloads = None
@@ -73,10 +73,7 @@ class MSXGBModel(CostModel):
         self._workloads = D.read_workload_lines(self.ws)
 
     def _context_and_candidates(self, task_id: str, record_ids: list[str]):
-        ms = import_meta_schedule()
-
-        from pipeline.core.targets import make_target
-
+        preload_tensor_intrinsics()  # what TuneContext imports, the fast way (seconds, not minutes)
         task = self._tasks.loc[task_id]
         workload = ms.database.Workload.from_json(self._workloads[int(task["workload_index"])])
         target = make_target(json.loads(task["target"]))
@@ -93,16 +90,13 @@ class MSXGBModel(CostModel):
     # -- training and prediction through MetaSchedule's API
 
     def fit(self, train, val) -> dict:
-        ms = import_meta_schedule()
-        from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
-
         self._load_ws()
         threads = self.threads or os.cpu_count() or 1
         self.ms_model = ms.cost_model.XGBModel(
             extractor=ms.feature_extractor.PerStoreFeature(),
             config=XGBConfig(seed=self.seed, nthread=threads),
             num_warmup_samples=0,
-            early_stopping_rounds=int(self.params.get("early_stopping_rounds", 50)),
+            early_stopping_rounds=self.early_stopping_rounds,
             adaptive_training=True,
         )
         groups = list(train.frame.groupby("task_id", sort=True))
@@ -116,6 +110,11 @@ class MSXGBModel(CostModel):
                      "boosted_rounds": int(self.ms_model.booster.num_boosted_rounds()) if self.ms_model.booster else 0}
         return self.info
 
+    def continue_fit(self, table, *, rounds: int, epochs: int) -> None:
+        raise NotImplementedError(
+            f"model {self.name} (MetaSchedule's XGBModel) learns only through its own update(context, candidates, "
+            f"results), from schedules: it cannot continue on a feature table")
+
     def predict(self, table) -> np.ndarray:
         self._load_ws()
         out = np.zeros(len(table), dtype=np.float64)
@@ -127,8 +126,6 @@ class MSXGBModel(CostModel):
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         """Pack-sum prediction from PerStoreFeature rows: booster score per store, summed per record."""
-        import xgboost as xgb
-
         if stores is None:
             raise ValueError("ms_xgb reads per-store rows (PerStoreFeature): pass stores and offsets")
         per_store = self.ms_model.booster.predict(xgb.DMatrix(stores.astype(np.float32)))
@@ -145,12 +142,8 @@ class MSXGBModel(CostModel):
 
     @classmethod
     def load(cls, folder: Path) -> "MSXGBModel":
-        from tvm.s_tir import meta_schedule as ms
-
         folder = Path(folder)
-        meta, spec = cls._load_common(folder)
-        m = cls(meta["params"], spec, meta["seed"])
-        m.info = meta.get("info", {})
+        m = cls._load_common(folder)
         m.ms_model = ms.cost_model.XGBModel(num_warmup_samples=0)
         m.ms_model.load(str(folder / "ms_xgb_model.tar"))
         return m

@@ -11,13 +11,14 @@ Early stopping on the validation part when it has rows, else a fixed number of r
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
+import lightgbm as lgb
 import numpy as np
 import pandas as pd
+import xgboost as xgb
 
 from models.base import CostModel, FeatureSpec
 
@@ -61,16 +62,38 @@ def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int) -> np.ndarra
 
 
 class _GBDT(CostModel):
-    """What LightGBM and XGBoost share: objective handling, data layout, importance."""
+    """What LightGBM and XGBoost share: objective handling, data layout, importance.
 
-    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
+    Hyperparameters (conf/model/<name>.yaml): objective (regression | ranking),
+    num_boost_round and early_stopping_rounds (with a validation part), rounds_without_val,
+    params (the library's own parameters), and for ranking rank_levels, max_group, eval_at."""
+
+    def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression",
+                 num_boost_round: int = 2000, early_stopping_rounds: int = 50, rounds_without_val: int = 200,
+                 params: dict | None = None, rank_levels: int = 32, max_group: int = 1024,
+                 eval_at: list[int] | tuple[int, ...] = (5,), seed: int = 0, threads: int = 0):
+        if objective not in ("regression", "ranking"):
+            raise ValueError(f"model {name or self.name}: objective={objective!r}; valid: regression, ranking")
+        hyperparams = {"objective": objective, "num_boost_round": int(num_boost_round),
+                       "early_stopping_rounds": int(early_stopping_rounds),
+                       "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
+                       "rank_levels": int(rank_levels), "max_group": int(max_group),
+                       "eval_at": [int(k) for k in eval_at]}
         # Trees read the record-level columns only (for static features: the program-level
         # aggregate of the per-store rows), so the model's input is one row per record.
-        super().__init__(params, FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind), seed, threads)
+        super().__init__(FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind),
+                         hyperparams=hyperparams, name=name, seed=seed, threads=threads)
         if not spec.columns:
             raise ValueError(f"model {self.name}: feature set {spec.feature_set!r} has no record-level column")
-        self.ranking = str(params.get("objective", "regression")) == "ranking"
+        self.ranking = objective == "ranking"
         self.calibrated = not self.ranking
+        self.num_boost_round = hyperparams["num_boost_round"]
+        self.early_stopping_rounds = hyperparams["early_stopping_rounds"]
+        self.rounds_without_val = hyperparams["rounds_without_val"]
+        self.library_params = hyperparams["params"]
+        self.rank_levels = hyperparams["rank_levels"]
+        self.max_group = hyperparams["max_group"]
+        self.eval_at = hyperparams["eval_at"]
         self.booster = None
         self.names = safe_names(spec.columns)
 
@@ -84,8 +107,8 @@ class _GBDT(CostModel):
         if not self.ranking:
             return X, y, None
         codes = table.task_codes
-        g = grades(y, codes, int(self.params.get("rank_levels", 32)))
-        order, sizes = rank_groups(codes, int(self.params.get("max_group", 1024)), self.seed)
+        g = grades(y, codes, self.rank_levels)
+        order, sizes = rank_groups(codes, self.max_group, self.seed)
         return X[order], g[order], sizes
 
     def predict(self, table) -> np.ndarray:
@@ -97,18 +120,20 @@ class _GBDT(CostModel):
 
 class LGBMModel(_GBDT):
     name = "lgbm"
+    library = "lightgbm"
     flavor = "lightgbm"
 
-    def fit(self, train, val) -> dict:
-        import lightgbm as lgb
-
-        p = dict(self.params.get("params", {}))
+    def _train_params(self) -> dict:
+        p = dict(self.library_params)
         p.update(seed=self.seed, num_threads=self.nthread, verbose=-1, deterministic=True)
         if self.ranking:
-            p.update(objective="lambdarank", metric="ndcg", eval_at=list(self.params.get("eval_at", [5])),
-                     label_gain=[float(2**i - 1) for i in range(int(self.params.get("rank_levels", 32)))])
+            p.update(objective="lambdarank", metric="ndcg", eval_at=list(self.eval_at),
+                     label_gain=[float(2**i - 1) for i in range(self.rank_levels)])
         else:
             p.update(objective="regression", metric="rmse")
+        return p
+
+    def fit(self, train, val) -> dict:
         X, y, g = self._layout(train)
         dtrain = lgb.Dataset(X, y, group=g, feature_name=self.names, free_raw_data=True)
         curve: dict = {}
@@ -117,16 +142,25 @@ class LGBMModel(_GBDT):
         if len(val):
             Xv, yv, gv = self._layout(val)
             valid = [lgb.Dataset(Xv, yv, group=gv, reference=dtrain)]
-            callbacks.append(lgb.early_stopping(int(self.params.get("early_stopping_rounds", 50)), verbose=False))
-            rounds = int(self.params.get("num_boost_round", 2000))
+            callbacks.append(lgb.early_stopping(self.early_stopping_rounds, verbose=False))
+            rounds = self.num_boost_round
         else:
-            rounds = int(self.params.get("rounds_without_val", 200))
-        self.booster = lgb.train(p, dtrain, num_boost_round=rounds, valid_sets=valid, valid_names=["val"][: len(valid)],
-                                 callbacks=callbacks)
+            rounds = self.rounds_without_val
+        self.booster = lgb.train(self._train_params(), dtrain, num_boost_round=rounds, valid_sets=valid,
+                                 valid_names=["val"][: len(valid)], callbacks=callbacks)
         best = self.booster.best_iteration or self.booster.current_iteration()
         self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
+
+    def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
+        """`rounds` more trees on `table` (continued boosting from the current booster)."""
+        X, y, g = self._layout(table)
+        p = self._train_params()
+        # a small session table: leaves may hold fewer records than the configured minimum
+        p["min_data_in_leaf"] = min(int(p.get("min_data_in_leaf", 20)), max(1, len(y) // 4))
+        self.booster = lgb.train(p, lgb.Dataset(X, y, group=g, feature_name=self.names), num_boost_round=int(rounds),
+                                 init_model=self.booster, keep_training_booster=True)
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         return np.asarray(self.booster.predict(records, num_threads=self.nthread), dtype=np.float64)
@@ -141,56 +175,55 @@ class LGBMModel(_GBDT):
 
     @classmethod
     def load(cls, folder: Path) -> "LGBMModel":
-        import lightgbm as lgb
-
-        meta, spec = cls._load_common(Path(folder))
-        m = cls(meta["params"], spec, meta["seed"])
-        m.name, m.info = meta["name"], meta.get("info", {})
+        m = cls._load_common(Path(folder))
         m.booster = lgb.Booster(model_file=str(Path(folder) / "model.lgb.txt"))
         return m
 
 
 class XGBModel(_GBDT):
     name = "xgb"
+    library = "xgboost"
     flavor = "xgboost"
 
     def _dmatrix(self, X, y=None, sizes=None):
-        import xgboost as xgb
-
         qid = None if sizes is None else np.repeat(np.arange(len(sizes)), sizes)
         return xgb.DMatrix(X, label=y, qid=qid, feature_names=self.names, nthread=self.nthread)
 
-    def fit(self, train, val) -> dict:
-        import xgboost as xgb
-
-        p = dict(self.params.get("params", {}))
+    def _train_params(self) -> dict:
+        p = dict(self.library_params)
         p.update(seed=self.seed, nthread=self.nthread, verbosity=0)
         if self.ranking:
-            p.update(objective="rank:ndcg", eval_metric=f"ndcg@{int(self.params.get('eval_at', [5])[0])}")
+            p.update(objective="rank:ndcg", eval_metric=f"ndcg@{self.eval_at[0]}")
         else:
             p.update(objective="reg:squarederror", eval_metric="rmse")
+        return p
+
+    def fit(self, train, val) -> dict:
         X, y, g = self._layout(train)
         dtrain = self._dmatrix(X, y, g)
         curve: dict = {}
         if len(val):
             Xv, yv, gv = self._layout(val)
             evals = [(self._dmatrix(Xv, yv, gv), "val")]
-            booster = xgb.train(p, dtrain, num_boost_round=int(self.params.get("num_boost_round", 2000)),
-                                evals=evals, evals_result=curve, verbose_eval=False,
-                                early_stopping_rounds=int(self.params.get("early_stopping_rounds", 50)))
+            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.num_boost_round, evals=evals,
+                                evals_result=curve, verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds)
             best = int(booster.best_iteration) + 1
             booster = booster[:best]  # keep the best model, not the last one
         else:
-            booster = xgb.train(p, dtrain, num_boost_round=int(self.params.get("rounds_without_val", 200)))
+            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.rounds_without_val)
             best = booster.num_boosted_rounds()
         self.booster = booster
         self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
 
-    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
-        import xgboost as xgb
+    def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
+        """`rounds` more trees on `table` (continued boosting from the current booster)."""
+        X, y, g = self._layout(table)
+        self.booster = xgb.train(self._train_params(), self._dmatrix(X, y, g), num_boost_round=int(rounds),
+                                 xgb_model=self.booster)
 
+    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         return np.asarray(self.booster.inplace_predict(records) if records.shape[0] else np.zeros(0), dtype=np.float64)
 
     def importance(self) -> pd.Series:
@@ -205,10 +238,6 @@ class XGBModel(_GBDT):
 
     @classmethod
     def load(cls, folder: Path) -> "XGBModel":
-        import xgboost as xgb
-
-        meta, spec = cls._load_common(Path(folder))
-        m = cls(meta["params"], spec, meta["seed"])
-        m.name, m.info = meta["name"], meta.get("info", {})
+        m = cls._load_common(Path(folder))
         m.booster = xgb.Booster(model_file=str(Path(folder) / "model.xgb.json"))
         return m

@@ -106,24 +106,36 @@ class Scaler:
 
 
 class MLPModel(CostModel):
-    """See the module docstring. Params: hidden, loss (lambdarank|mse), lr, weight_decay,
-    batch_size, max_epochs, patience, grad_clip, use_stores."""
+    """See the module docstring. Hyperparameters (conf/model/mlp.yaml): loss (lambdarank |
+    mse), hidden, lr, weight_decay, batch_size, max_epochs, patience, grad_clip, use_stores,
+    max_seconds (wall-clock cap on fit, 0 = none)."""
 
     name = "mlp"
+    library = "mlp"
     flavor = "pytorch"
 
-    def __init__(self, params: dict, spec: FeatureSpec, seed: int = 0, threads: int = 0):
-        super().__init__(params, spec, seed, threads)
-        self.loss = str(params.get("loss", "lambdarank"))
-        if self.loss not in ("lambdarank", "mse"):
-            raise ValueError(f"model.loss={self.loss!r}; valid: lambdarank, mse")
-        self.calibrated = self.loss == "mse"
-        use_stores = bool(params.get("use_stores", True)) and bool(spec.store_columns)
+    def __init__(self, spec: FeatureSpec, *, name: str = "", loss: str = "lambdarank", hidden: int = 256,
+                 lr: float = 7e-4, weight_decay: float = 1e-6, batch_size: int = 128, max_epochs: int = 100,
+                 patience: int = 10, grad_clip: float = 0.5, use_stores: bool = True, max_seconds: float = 0,
+                 seed: int = 0, threads: int = 0):
+        if loss not in ("lambdarank", "mse"):
+            raise ValueError(f"model.loss={loss!r}; valid: lambdarank, mse")
+        hyperparams = {"loss": loss, "hidden": int(hidden), "lr": float(lr), "weight_decay": float(weight_decay),
+                       "batch_size": int(batch_size), "max_epochs": int(max_epochs), "patience": int(patience),
+                       "grad_clip": float(grad_clip), "use_stores": bool(use_stores),
+                       "max_seconds": float(max_seconds or 0)}
+        use_stores = bool(use_stores) and bool(spec.store_columns)
         # With stores, the record encoder sees only the profiler columns: the static aggregate
-        # repeats what the stores already say.
-        self.record_columns = [c for c in spec.columns if not (use_stores and c.startswith("static."))]
-        self.spec = FeatureSpec(spec.feature_set, self.record_columns if use_stores else list(spec.columns),
-                                list(spec.store_columns) if use_stores else [], spec.target_kind)
+        # repeats what the stores already say. (A saved spec is already in this form.)
+        record_columns = [c for c in spec.columns if not (use_stores and c.startswith("static."))]
+        super().__init__(FeatureSpec(spec.feature_set, record_columns, list(spec.store_columns) if use_stores else [],
+                                     spec.target_kind), hyperparams=hyperparams, name=name, seed=seed, threads=threads)
+        self.loss = loss
+        self.calibrated = loss == "mse"
+        self.hidden, self.lr, self.weight_decay = hyperparams["hidden"], hyperparams["lr"], hyperparams["weight_decay"]
+        self.batch_size, self.max_epochs, self.patience = (hyperparams["batch_size"], hyperparams["max_epochs"],
+                                                           hyperparams["patience"])
+        self.grad_clip, self.max_seconds = hyperparams["grad_clip"], hyperparams["max_seconds"]
         self.record_scaler = Scaler()
         self.store_scaler = Scaler()
         self.net = None
@@ -169,53 +181,35 @@ class MLPModel(CostModel):
 
     def fit(self, train, val) -> dict:
         torch.manual_seed(self.seed)
-        torch.set_num_threads(int(p_threads) if (p_threads := self.params.get("threads", 0)) else (self.threads or os.cpu_count() or 1))
+        torch.set_num_threads(self.threads or os.cpu_count() or 1)
         rng = np.random.default_rng(self.seed)
-        p = self.params
         records, stores, offsets = self._arrays(train)
         self.record_scaler.fit(records, seed=self.seed)
         if stores is not None:
             self.store_scaler.fit(stores, seed=self.seed)
         records, stores, offsets = self._scaled((records, stores, offsets))
-        self.net = CostMLP(len(self.spec.store_columns), len(self.spec.columns), int(p.get("hidden", 256)))
-        opt = torch.optim.Adam(self.net.parameters(), lr=float(p.get("lr", 7e-4)), weight_decay=float(p.get("weight_decay", 1e-6)))
+        self.net = CostMLP(len(self.spec.store_columns), len(self.spec.columns), self.hidden)
+        opt = self._optimizer()
         y_train = torch.from_numpy(train.labels.astype(np.float32))
         codes = train.task_codes
-        batch = int(p.get("batch_size", 128))
         val_arrays = self._scaled(self._arrays(val)) if len(val) else None
         best, best_state, bad, curve = math.inf, None, 0, {"train_loss": [], "val_loss": []}
-        max_epochs, patience = int(p.get("max_epochs", 100)), int(p.get("patience", 10))
-        clip = float(p.get("grad_clip", 0.5))
         epochs = 0
         t0 = time.time()
-        max_seconds = float(p.get("max_seconds", 0) or 0)
-        for epoch in range(max_epochs):
-            self.net.train()
-            total, steps = 0.0, 0
-            for rows in self._batches(codes, rng, batch):
-                if len(rows) < 2 and self.loss == "lambdarank":
-                    continue
-                r, s, seg = self._tensors(records, stores, offsets, rows, scaled=True)
-                loss = self._loss(self.net(r, s, seg), y_train[rows])
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.net.parameters(), clip)
-                opt.step()
-                total += loss.item()
-                steps += 1
+        for epoch in range(self.max_epochs):
+            curve["train_loss"].append(self._epoch(opt, (records, stores, offsets), y_train, codes, rng, scaled=True))
             epochs = epoch + 1
-            curve["train_loss"].append(total / max(steps, 1))
             if val_arrays is not None:
-                v = self._eval_loss(val_arrays, val.labels, val.task_codes, batch)
+                v = self._eval_loss(val_arrays, val.labels, val.task_codes, self.batch_size)
                 curve["val_loss"].append(v)
                 if v < best - 1e-9:
                     best, bad = v, 0
                     best_state = {k: t.detach().clone() for k, t in self.net.state_dict().items()}
                 else:
                     bad += 1
-                    if bad >= patience:
+                    if bad >= self.patience:
                         break
-            if max_seconds and time.time() - t0 > max_seconds:
+            if self.max_seconds and time.time() - t0 > self.max_seconds:
                 break
         if best_state is not None:
             self.net.load_state_dict(best_state)
@@ -223,6 +217,36 @@ class MLPModel(CostModel):
         self.info = {"epochs": epochs, "best_val_loss": None if best == math.inf else float(best),
                      "early_stopped": val_arrays is not None, **curve}
         return self.info
+
+    def continue_fit(self, table, *, rounds: int = 0, epochs: int) -> None:
+        """`epochs` more epochs on `table` (fine-tuning; the scalers keep their training statistics)."""
+        rng = np.random.default_rng(self.seed)
+        opt = self._optimizer()
+        labels = torch.from_numpy(table.labels.astype(np.float32))
+        for _ in range(int(epochs)):
+            self._epoch(opt, self._arrays(table), labels, table.task_codes, rng, scaled=False)
+        self.net.eval()
+
+    def _optimizer(self):
+        return torch.optim.Adam(self.net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+    def _epoch(self, opt, arrays, labels, codes, rng, scaled: bool) -> float:
+        """One pass over per-task batches; returns the mean batch loss."""
+        records, stores, offsets = arrays
+        self.net.train()
+        total, steps = 0.0, 0
+        for rows in self._batches(codes, rng, self.batch_size):
+            if len(rows) < 2 and self.loss == "lambdarank":
+                continue
+            r, s, seg = self._tensors(records, stores, offsets, rows, scaled=scaled)
+            loss = self._loss(self.net(r, s, seg), labels[rows])
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.grad_clip)
+            opt.step()
+            total += loss.item()
+            steps += 1
+        return total / max(steps, 1)
 
     def _eval_loss(self, arrays, labels, codes, batch) -> float:
         records, stores, offsets = arrays
@@ -275,10 +299,7 @@ class MLPModel(CostModel):
     @classmethod
     def load(cls, folder: Path) -> "MLPModel":
         folder = Path(folder)
-        meta, spec = cls._load_common(folder)
-        m = cls(meta["params"], spec, meta["seed"])
-        m.spec = spec  # the saved spec is already the one the network reads
-        m.name, m.info = meta["name"], meta.get("info", {})
+        m = cls._load_common(folder)
         dims = json.loads((folder / "mlp.json").read_text())
         m.net = CostMLP(dims["store_dim"], dims["record_dim"], dims["hidden"])
         m.net.load_state_dict(torch.load(folder / "mlp.pt", weights_only=True))

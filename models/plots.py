@@ -1,37 +1,47 @@
-"""Figures logged with every run (PNG, matplotlib without a display)."""
+"""Figures of a training run and of the comparison.
+
+Each function returns a matplotlib Figure made without pyplot (no display, no global
+figure registry to clean up): `mlflow.log_figure` logs it, `save` writes it to a file.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from models.metrics import peak_curve
 
-from models.metrics import peak_curve  # noqa: E402
+DPI = 110
 
 
-def predicted_vs_measured(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+def save(fig: Figure, path: Path) -> Path:
+    """Write `fig` as a PNG."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI)
+    return path
+
+
+def predicted_vs_measured(frame: pd.DataFrame, scores: np.ndarray, title: str) -> Figure:
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.subplots()
     codes = pd.factorize(frame["task_id"])[0]
     ax.scatter(frame["label"], scores, c=codes, cmap="tab20", s=10, alpha=0.7)
     ax.set_xlabel("measured normalized throughput (best of task = 1)")
     ax.set_ylabel("predicted score")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def topk_curve(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path, kmax: int = 32) -> Path:
+def topk_curve(frame: pd.DataFrame, scores: np.ndarray, title: str, kmax: int = 32) -> Figure:
     """Mean over tasks of peak score@k (best true throughput among the top-k predicted)."""
     curves = [peak_curve(g["label"].to_numpy(), scores[g.index.to_numpy()], kmax)
               for _, g in frame.reset_index(drop=True).groupby("task_id")]
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig = Figure(figsize=(5.5, 4))
+    ax = fig.subplots()
     ks = np.arange(1, kmax + 1)
     if curves:
         ax.plot(ks, np.mean(curves, axis=0), marker=".")
@@ -41,49 +51,46 @@ def topk_curve(frame: pd.DataFrame, scores: np.ndarray, title: str, path: Path, 
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def importance(imp: pd.Series, title: str, path: Path, top: int = 30) -> Path:
+def importance(imp: pd.Series, title: str, top: int = 30) -> Figure:
     s = imp.head(top)[::-1]
     height = 0.25 * len(s) + 1.2
-    fig, ax = plt.subplots(figsize=(7, height))
+    fig = Figure(figsize=(7, height))
+    ax = fig.subplots()
     ax.barh(s.index, s.values)
     ax.set_xlabel("total gain")
     ax.set_title(title, fontsize=9)
     ax.tick_params(axis="y", labelsize=7)
     fig.subplots_adjust(left=0.45, right=0.97, top=1 - 0.35 / height, bottom=0.5 / height)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def training_curve(info: dict, title: str, path: Path) -> Path | None:
+def training_curve(info: dict, title: str) -> Figure | None:
     series = {k: v for k, v in info.items() if k in ("train_loss", "val_loss") and v}
     series.update({f"val {k}": v for k, v in info.get("val_curve", {}).items() if v})
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig = Figure(figsize=(5.5, 4))
+    ax = fig.subplots()
     for k, v in series.items():
         ax.plot(np.arange(1, len(v) + 1), v, label=k)
     ax.set_xlabel("epoch / boosting round")
     ax.legend()
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def compare_chart(table: pd.DataFrame, metrics: list[str], path: Path) -> Path:
+def compare_chart(table: pd.DataFrame, metrics: list[str]) -> Figure:
     """Grouped bars: one group per run (model/features/split), one bar per metric."""
     labels = table["run"].tolist()
     cols = [m for m in metrics if m in table.columns]
     x = np.arange(len(labels))
     w = 0.8 / max(len(cols), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 5))
+    fig = Figure(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 5))
+    ax = fig.subplots()
     ax.set_title("test part, per run (model/features/split); missing values drawn as 0", fontsize=9)
     for i, m in enumerate(cols):
         ax.bar(x + i * w - 0.4 + w / 2, table[m].astype(float).fillna(0).to_numpy(), w, label=m.replace("test_", ""))
@@ -95,6 +102,4 @@ def compare_chart(table: pd.DataFrame, metrics: list[str], path: Path) -> Path:
     ax.legend(fontsize=7, ncol=min(len(cols), 5), loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

@@ -11,11 +11,11 @@ from __future__ import annotations
 import mlflow.pyfunc
 import pandas as pd
 
+from models import registry
+
 
 class CostModelPyfunc(mlflow.pyfunc.PythonModel):
     def load_context(self, context):
-        from models import registry
-
         self.model = registry.load(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:

@@ -1,75 +1,58 @@
-"""Model names -> classes and configs (conf/model/<name>.yaml), and loading saved models.
+"""Making a cost model from its config, and restoring a saved one.
 
-A model config names its `library` (lightgbm, xgboost, mlp, ms_xgb), which picks the class;
-everything else in it is the model's parameters. `model=all` stands for the list
-`train.models`.
+A model config (conf/model/<name>.yaml, composed by Hydra) names its class in `_target_`;
+the other keys are the class's keyword arguments (its hyperparameters and `name`), and
+`hydra.utils.instantiate` makes the model. `model=all` composes every model config under
+its own key (`model.lgbm`, `model.xgb`, ...), so a per-model override such as
+`model.lgbm.params.num_leaves=63` reaches the model that `model=all` trains.
+
+A saved model folder (written by `CostModel.save`) names its class in model.json; `load`
+restores only the classes listed in SAVED_CLASSES.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig
 
 from models.base import CostModel, FeatureSpec
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-
-LIBRARIES = {
-    "lightgbm": "models.gbdt:LGBMModel",
-    "xgboost": "models.gbdt:XGBModel",
-    "mlp": "models.mlp:MLPModel",
-    "ms_xgb": "models.baseline:MSXGBModel",
-}
-
+#: the `model=` option that stands for the models listed in `train.models`
 ALL = "all"
+
+#: the classes a saved model.json may name ("class"), so loading imports nothing else
+SAVED_CLASSES = ("models.gbdt.LGBMModel", "models.gbdt.XGBModel", "models.mlp.MLPModel",
+                 "models.baseline.MSXGBModel")
 
 
 class UnknownModelError(ValueError):
     pass
 
 
-def model_names() -> list[str]:
-    """Every model config in conf/model (except the `all` list)."""
-    return sorted(p.stem for p in (CONF / "model").glob("*.yaml") if p.stem != ALL)
+def check(cfg: DictConfig | dict) -> None:
+    """Refuse a config that names no model class."""
+    if "_target_" not in cfg:
+        raise UnknownModelError(f"model config {cfg.get('name', '?')!r} has no `_target_` (the model class, e.g. "
+                                f"models.gbdt.LGBMModel): it is not a model; pick one with model=<name>")
 
 
-def model_config(name: str) -> DictConfig:
-    path = CONF / "model" / f"{name}.yaml"
-    if name == ALL or not path.exists():
-        raise UnknownModelError(f"model={name!r} is not a model; valid: {', '.join(model_names())} "
-                                f"(or model=all for the list train.models)")
-    return OmegaConf.load(path)
-
-
-def _cls(library: str):
-    if library not in LIBRARIES:
-        raise UnknownModelError(f"model library {library!r} is unknown; valid: {', '.join(LIBRARIES)}")
-    module, name = LIBRARIES[library].split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def build(cfg: DictConfig | dict, spec: FeatureSpec, seed: int = 0, threads: int = 0) -> CostModel:
+def create(cfg: DictConfig | dict, spec: FeatureSpec, *, seed: int = 0, threads: int = 0) -> CostModel:
     """An untrained model from its config (a conf/model/<name>.yaml node)."""
-    d = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    name = d.get("name")
-    if not name or name == ALL:
-        raise UnknownModelError(f"model config {d!r} has no model name")
-    if "library" not in d:
-        raise UnknownModelError(f"model={name}: its config lacks `library` ({', '.join(LIBRARIES)})")
-    params = {k: v for k, v in d.items() if k not in ("name", "library")}
-    model = _cls(d["library"])(params, spec, seed=seed, threads=threads)
-    model.name = name
-    return model
+    check(cfg)
+    # partial: the config's keys become plain keyword arguments; spec, seed and threads are
+    # passed to the class as they are (instantiate would turn a dataclass into a dict)
+    make = instantiate(cfg, _partial_=True, _convert_="all")
+    return make(spec, seed=int(seed), threads=int(threads))
 
 
 def load(folder: str | Path) -> CostModel:
     """A saved model (a folder written by `CostModel.save`, e.g. the pyfunc's artifact)."""
     folder = Path(folder)
-    meta = json.loads((folder / "model.json").read_text())
-    module, _, cls = meta["class"].rpartition(".")
-    model = getattr(importlib.import_module(module), cls).load(folder)
-    model.name = meta["name"]
-    return model
+    cls = json.loads((folder / "model.json").read_text())["class"]
+    if cls not in SAVED_CLASSES:
+        raise UnknownModelError(f"{folder / 'model.json'} names class {cls!r}, not a cost model of this project "
+                                f"({', '.join(SAVED_CLASSES)})")
+    return get_class(cls).load(folder)

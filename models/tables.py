@@ -13,6 +13,7 @@ Feature sets (`features=`):
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass, field, replace
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from pipeline.core import schema as S
+from features import cpu_counters, static
 from models.base import FeatureSpec
+from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
 
 log = logging.getLogger(__name__)
@@ -163,8 +165,6 @@ class StaticFeatures:
 
 def target_kind(ws: Workspace) -> str:
     """cpu or cuda, from the workspace's task table (the target each task was built for)."""
-    import json
-
     tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
     kinds = {json.loads(t).get("kind", "llvm") for t in tasks["target"].dropna()}
     return "cuda" if "cuda" in kinds else "cpu"
@@ -172,8 +172,6 @@ def target_kind(ws: Workspace) -> str:
 
 def load_static(ws: Workspace) -> StaticFeatures:
     """stage=collect's PerStoreFeature tables (error rows left out)."""
-    from features import static
-
     if not (ws.features / "static").exists():
         raise FeatureSetError(f"{ws.features / 'static'} does not exist: run `python -m pipeline stage=collect` "
                               f"for workspace '{ws.name}' first.")
@@ -196,8 +194,6 @@ def load_profiler(ws: Workspace, kind: str, device: str) -> tuple[pd.DataFrame, 
             df = df[df["error"].isna()]
         df = df.drop(columns=[c for c in ("error", "n_kernels", "kernel_names", "device") if c in df.columns])
         return df.drop_duplicates("record_id", keep="last").reset_index(drop=True), {}
-    from features import cpu_counters
-
     path = ws.features / "cpu" / f"device={device}"
     if not path.exists() or not any(path.rglob("*.parquet")):
         raise FeatureSetError(f"{path} has no CPU counter table: run `python -m pipeline stage=collect` for "

@@ -25,13 +25,21 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import tempfile
+import time
 from importlib import metadata
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pandas as pd
+from mlflow import MlflowClient
+from mlflow.entities import Metric
+from mlflow.models import infer_signature
 from omegaconf import DictConfig, OmegaConf
+
+from models import plots
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +68,13 @@ def registered_name(cfg) -> str:
     return str(cfg.mlflow.get("registered_model") or f"{cfg.workspace}-cost-model")
 
 
+def workspace_path(cfg) -> str:
+    """The workspace folder as runs record it (tag workspace_path)."""
+    return str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+
+
 def setup(cfg) -> str:
     """Point MLflow at the store; create the experiment if needed; returns its id."""
-    import mlflow
-
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
     name = experiment_name(cfg)
@@ -76,16 +87,14 @@ def setup(cfg) -> str:
 
 
 def flatten(obj, prefix: str = "") -> dict[str, str]:
-    """Nested config -> {"a.b.c": "value"} (lists as JSON), MLflow's param limits respected."""
-    out = {}
+    """Nested config -> {"a.b.c": "value"}, lists as JSON (MLflow params are flat strings;
+    `mlflow.log_params` batches them and truncates over-long values itself)."""
     if isinstance(obj, DictConfig):
         obj = OmegaConf.to_container(obj, resolve=True)
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    text = json.dumps(obj) if isinstance(obj, (list, tuple)) else str(obj)
-    return {prefix[:-1][:250]: text[:6000]}
+    if not obj:
+        return {}
+    flat = pd.json_normalize(obj, sep=".").iloc[0].to_dict()
+    return {f"{prefix}{k}": json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for k, v in flat.items()}
 
 
 def _pins(*packages: str) -> list[str]:
@@ -105,70 +114,66 @@ REQUIREMENTS = {
 }
 
 
+def run_params(cfg, model_cfg: dict, features_cfg: dict) -> dict[str, str]:
+    """The flattened Hydra config of one training run, with the model and feature-set configs
+    it used in place of the `model` and `features` groups (model=all / features=each hold every
+    config), and without the operator suite that stage=tune composes (tune.suite)."""
+    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf["model"], conf["features"] = dict(model_cfg), dict(features_cfg)
+    conf.get("tune", {}).pop("suite", None)
+    return flatten(conf)
+
+
 def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
             features_cfg: dict | None = None) -> str:
     """Log one trained model and its evaluation as an MLflow run; returns the run id."""
-    import mlflow
-
-    from models import plots
-
     exp_id = setup(cfg)
     fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
     run_name = f"{model.name}-{fs}-{split.kind}"
     tags = {"model": model.name, "features": fs, "split": split.kind, "workspace": cfg.workspace,
-            "workspace_path": str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace)),
-            "input": model.spec.input, "calibrated": str(model.calibrated), "flavor": model.flavor,
-            "target_kind": table.spec.target_kind}
+            "workspace_path": workspace_path(cfg), "input": model.spec.input, "calibrated": str(model.calibrated),
+            "flavor": model.flavor, "target_kind": table.spec.target_kind}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
-        params = flatten(cfg)
-        # the effective model and feature-set configs (model=all / features=each name lists)
-        params.update({f"model.{k}": v for k, v in flatten(model_cfg).items()})
-        params.update({f"features.{k}": v for k, v in flatten(features_cfg or {}).items()})
-        params.update({"split.seed_used": str(split.seed), "split.sizes": json.dumps(split.sizes()),
-                       "split.info": json.dumps(split.info)[:6000], "features.set": fs,
-                       "features.n_columns": str(len(model.spec.columns)),
+        params = run_params(cfg, model_cfg, features_cfg or {})
+        params.update({"model.library": model.library, "split.seed_used": str(split.seed),
+                       "split.sizes": json.dumps(split.sizes()), "split.info": json.dumps(split.info),
+                       "features.set": fs, "features.n_columns": str(len(model.spec.columns)),
                        "features.n_store_columns": str(len(model.spec.store_columns))})
-        # log_params accepts at most 100 per call
-        items = sorted(params.items())
-        for i in range(0, len(items), 100):
-            mlflow.log_params(dict(items[i : i + 100]))
+        mlflow.log_params(dict(sorted(params.items())))
         metrics = {}
         for part, ev in evals.items():
             metrics.update(ev.prefixed(part))
         metrics.update(timing)
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        for part, ev in evals.items():
+            mlflow.log_table(ev.per_task, f"{part}_per_task.json")
+            mlflow.log_table(ev.per_group, f"{part}_per_group.json")
+        mlflow.log_dict({"kind": split.kind, "seed": split.seed, **split.sizes(), **split.info}, "split.json")
+        mlflow.log_text(model.spec.to_json(), "features.json")
+        mlflow.log_text(json.dumps(table.notes, indent=2, default=str), "table_notes.json")
+        mlflow.log_text(json.dumps(model.info, indent=2, default=str), "training_info.json")
+        figures = {}
+        test_frame, test_scores = predictions["test"]
+        if len(test_frame):
+            figures["predicted_vs_measured"] = plots.predicted_vs_measured(test_frame, test_scores, f"{run_name}: test")
+            figures["topk_curve"] = plots.topk_curve(test_frame, test_scores, f"{run_name}: test")
+        imp = model.importance()
+        if imp is not None and len(imp):
+            figures["feature_importance"] = plots.importance(imp, f"{run_name}: feature importance")
+            mlflow.log_table(imp.rename("gain").rename_axis("feature").reset_index(), "feature_importance.json")
+        figures["training_curve"] = plots.training_curve(model.info, f"{run_name}: training")
+        for name, fig in figures.items():
+            if fig is not None:
+                mlflow.log_figure(fig, f"plots/{name}.png", save_kwargs={"dpi": plots.DPI})
+        # the pyfunc's artifact is a local folder: MLflow copies it into the logged model
         with tempfile.TemporaryDirectory() as tmp:
-            tmp = Path(tmp)
-            for part, ev in evals.items():
-                ev.per_task.to_csv(tmp / f"{part}_per_task.csv", index=False)
-                ev.per_group.to_csv(tmp / f"{part}_per_group.csv", index=False)
-            (tmp / "split.json").write_text(json.dumps({"kind": split.kind, "seed": split.seed, **split.sizes(),
-                                                        **split.info}, indent=2))
-            (tmp / "features.json").write_text(model.spec.to_json())
-            (tmp / "table_notes.json").write_text(json.dumps(table.notes, indent=2, default=str))
-            (tmp / "training_info.json").write_text(json.dumps(model.info, indent=2, default=str))
-            figs = tmp / "plots"
-            figs.mkdir()
-            test_frame, test_scores = predictions["test"]
-            if len(test_frame):
-                plots.predicted_vs_measured(test_frame, test_scores, f"{run_name}: test", figs / "predicted_vs_measured.png")
-                plots.topk_curve(test_frame, test_scores, f"{run_name}: test", figs / "topk_curve.png")
-            imp = model.importance()
-            if imp is not None and len(imp):
-                plots.importance(imp, f"{run_name}: feature importance", figs / "feature_importance.png")
-                imp.rename("gain").to_csv(tmp / "feature_importance.csv")
-            plots.training_curve(model.info, f"{run_name}: training", figs / "training_curve.png")
-            mlflow.log_artifacts(str(tmp))
-            saved = tmp / "saved_model"
+            saved = Path(tmp) / "saved_model"
             model.save(saved)
             _log_models(model, saved, table)
         return run.info.run_id
 
 
 def _log_models(model, saved: Path, table) -> None:
-    import mlflow
-    from mlflow.models import infer_signature
-
     base = _pins("mlflow", "numpy", "pandas")
     flavor_pins = list(_pins(*REQUIREMENTS.get(model.flavor, ())))
     if model.flavor == "lightgbm":
@@ -196,10 +201,8 @@ def _log_models(model, saved: Path, table) -> None:
 
 def workspace_runs(cfg) -> pd.DataFrame:
     """Every finished run of this workspace (its experiment, filtered by workspace path)."""
-    import mlflow
-
     mlflow.set_tracking_uri(tracking_uri(cfg))
-    path = str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+    path = workspace_path(cfg)
     exp = mlflow.get_experiment_by_name(experiment_name(cfg))
     if exp is None:
         return pd.DataFrame()
@@ -228,9 +231,6 @@ def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def update_aliases(cfg) -> dict[str, str]:
     """Register the best run (overall and per feature set) and point the aliases at it."""
-    from mlflow import MlflowClient
-    import mlflow
-
     metric = str(cfg.mlflow.get("best_metric") or "test_top1_score")
     runs = latest_per_config(workspace_runs(cfg))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
@@ -267,3 +267,43 @@ def update_aliases(cfg) -> dict[str, str]:
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
                                                      f"{metric} (ties: {', '.join(TIEBREAK)}); best-<features> per feature set.")
     return out
+
+
+def metric_key(name: str) -> str:
+    """A task or network name as part of an MLflow metric name (its allowed characters)."""
+    return re.sub(r"[^0-9A-Za-z_.\-/ ]", "_", str(name))[:200]
+
+
+def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,
+                 tags: dict, run_name: str, baseline: str = "xgb") -> str:
+    """One MLflow run (tag stage=tune) for a tuning comparison: the `tune.*` config, per-task
+    metrics `<metric>.<task>.<cost model>`, the first seed's best latency after every batch as
+    step metrics `curve_us.<task>.<cost model>`, and the report files under `tune/`."""
+    exp = setup(cfg)
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={"stage": "tune", **tags}) as run:
+        tune = OmegaConf.to_container(cfg.tune, resolve=True)
+        tune.pop("suite", None)  # the dataset=ops config composed for tune.tasks=ops
+        params = flatten(tune, "tune.")
+        params.update({"target": json.dumps(OmegaConf.to_container(cfg.target.tvm, resolve=True)),
+                       "budget": str(cfg.budget.name), "seed": str(cfg.seed)})
+        mlflow.log_params(dict(sorted(params.items())))
+        metrics = {}
+        for r in summary.itertuples(index=False):
+            k = f"{metric_key(r.task)}.{r.cost_model}"
+            metrics[f"best_latency_us.{k}"] = r.best_latency_us
+            metrics[f"gflops.{k}"] = r.gflops
+            metrics[f"tuning_min.{k}"] = r.tuning_min
+            metrics[f"speedup_vs_{baseline}.{k}"] = getattr(r, f"speedup_vs_{baseline}")
+            metrics[f"trials_to_{baseline}_best.{k}"] = getattr(r, f"trials_to_{baseline}_best")
+        for r in end_to_end.itertuples(index=False):
+            metrics[f"e2e_latency_ms.{r.cost_model}.s{r.seed}"] = r.e2e_latency_ms
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(float(v))})
+        if len(curves):
+            first = curves[(curves["seed"] == curves["seed"].min()) & np.isfinite(curves["best_s"].astype(float))]
+            now = int(time.time() * 1000)
+            MlflowClient().log_batch(run.info.run_id, metrics=[
+                Metric(f"curve_us.{metric_key(c.task)}.{c.cost_model}", float(c.best_s) * 1e6, now, int(c.trial))
+                for c in first.itertuples(index=False)])
+        for p in files.values():
+            mlflow.log_artifact(str(p), artifact_path="tune")
+        return run.info.run_id

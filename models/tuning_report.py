@@ -8,14 +8,22 @@ Summary, in the style of published tuning benchmarks: best latency, GFLOPS, tria
 tuning minutes, speedup over the baseline (MetaSchedule's XGBModel: baseline latency /
 latency), and the number of trials each cost model needs to reach the best latency the
 baseline reached with its full budget (null = not reached).
+
+`write` turns a comparison's tables into the report files: <prefix>.csv (summary),
+<prefix>_runs.csv, <prefix>_trials.csv, <prefix>_curves.png, <prefix>.md and, for a network,
+<prefix>_network.csv and <prefix>_network.png.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
+
+from models import plots
 
 KEYS = ["task", "cost_model", "seed"]
 # One color per cost model in every figure (ours first).
@@ -91,35 +99,23 @@ def summary(table: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
     return out
 
 
-def markdown(df: pd.DataFrame, floatfmt: str = ".3g") -> str:
-    """A GitHub markdown table (no extra dependency)."""
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub markdown table, numbers with 3 significant digits, missing values empty."""
     if df.empty:
         return "(no rows)\n"
-    cols = list(df.columns)
-
-    def fmt(v):
-        if isinstance(v, (float, np.floating)):
-            return "" if np.isnan(v) else format(float(v), floatfmt)
-        return "" if v is None else str(v)
-
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    cells = df.astype(object).where(df.notna(), None)  # NaN too is a missing value
+    return cells.to_markdown(index=False, tablefmt="github", floatfmt=".3g", missingval="") + "\n"
 
 
-def plot_curves(trials: pd.DataFrame, path: Path, title: str, baseline_best: dict | None = None) -> Path:
+def plot_curves(trials: pd.DataFrame, title: str, baseline_best: dict | None = None) -> Figure:
     """Best latency vs trials, one panel per task, one line per cost model (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     c = curves(trials)
     tasks = list(dict.fromkeys(c["task"]))
     n = max(1, len(tasks))
     cols = min(3, n)
     rows = int(np.ceil(n / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    fig = Figure(figsize=(4.6 * cols, 3.4 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         sub = c[c["task"] == task]
         for cm in _ordered(sub["cost_model"]):
@@ -136,10 +132,7 @@ def plot_curves(trials: pd.DataFrame, path: Path, title: str, baseline_best: dic
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def network_curve(trials: pd.DataFrame, weights: dict) -> pd.DataFrame:
@@ -156,13 +149,9 @@ def network_curve(trials: pd.DataFrame, weights: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def plot_network(curve: pd.DataFrame, path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+def plot_network(curve: pd.DataFrame, title: str) -> Figure:
+    fig = Figure(figsize=(5.5, 3.6))
+    ax = fig.subplots()
     for cm in _ordered(curve["cost_model"]):
         m = curve[curve["cost_model"] == cm].groupby("trial")["weighted_s"].mean() * 1e3
         ax.step(m.index, m.values, where="post", label=cm, color=COLORS.get(cm))
@@ -172,7 +161,58 @@ def plot_network(curve: pd.DataFrame, path: Path, title: str) -> Path:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+def network_task_runs(trials: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """Per-task rows of a network's runs (the wall time is the whole network's, shared)."""
+    if trials.empty:
+        return pd.DataFrame(columns=["task", "cost_model", "seed", "wall_s", "error"])
+    keys = trials[["task", "cost_model", "seed"]].drop_duplicates()
+    return keys.merge(runs.drop(columns=["task"]), on=["cost_model", "seed"], how="left")
+
+
+@dataclass
+class Report:
+    summary: pd.DataFrame  # mean over seeds per (task, cost_model)
+    text: str  # the markdown report
+    files: dict[str, Path]  # what was written
+
+
+def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dropped: dict, *, folder: Path,
+          prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None, ours_uri: str | None = None,
+          baseline: str = "xgb", tolerance: float = 0.0) -> Report:
+    """The report files of a comparison (see the module docstring) in `folder`."""
+    per_task_runs = runs if network is None else network_task_runs(trials, runs)
+    detail = per_run(trials, per_task_runs, flops, baseline, tolerance)
+    table = summary(detail, baseline)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"summary_csv": folder / f"{prefix}.csv", "runs_csv": folder / f"{prefix}_runs.csv",
+             "trials_csv": folder / f"{prefix}_trials.csv"}
+    table.to_csv(files["summary_csv"], index=False)
+    detail.to_csv(files["runs_csv"], index=False)
+    trials.to_csv(files["trials_csv"], index=False)
+    base_best = curves(trials[trials["cost_model"] == baseline]).groupby("task")["best_s"].min().to_dict() \
+        if len(trials) else {}
+    files["curves_png"] = plots.save(plot_curves(trials, curves_title, base_best), folder / f"{prefix}_curves.png")
+    text = [f"# Tuning: {heading}\n", f"ours = {ours_uri}\n" if ours_uri else "",
+            "\n## Per task (mean over seeds)\n\n", markdown(table)]
+    if network:
+        curve = network_curve(trials, weights)
+        files["network_png"] = plots.save(plot_network(curve, f"{network}: tuning curve"),
+                                          folder / f"{prefix}_network.png")
+        if len(end_to_end):
+            base = end_to_end[end_to_end["cost_model"] == baseline].set_index("seed")["e2e_latency_ms"]
+            end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
+                base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
+        files["network_csv"] = folder / f"{prefix}_network.csv"
+        end_to_end.to_csv(files["network_csv"], index=False)
+        text += ["\n## Network end to end\n\n", markdown(end_to_end)]
+    if dropped:
+        text += ["\n## Dropped cost models\n\n"] + [f"- {k}: {v}\n" for k, v in dropped.items()]
+    errs = runs[runs["error"].notna()] if len(runs) else runs
+    if len(errs):
+        text += ["\n## Failed runs\n\n", markdown(errs)]
+    files["report_md"] = folder / f"{prefix}.md"
+    files["report_md"].write_text("".join(text))
+    return Report(table, "".join(text), files)

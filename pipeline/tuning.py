@@ -1,19 +1,29 @@
-"""Tuning with MetaSchedule: a trial recorder, one tuning run.
+"""Tuning with MetaSchedule: a trial recorder, the comparison loop.
 
-Every cost model of a comparison uses the same builder (`PersistentBuilder`, see
-pipeline/core/builder.py) and runner.
+What is tuned is a `TirTask` (tune_tir) or a `Network` (tune_relax, then timed end to end);
+`compare` tunes each with every cost model and seed, on one shared builder
+(`PersistentBuilder`, pipeline/core/builder.py) and runner, and returns the trial, run and
+end-to-end tables (models/tuning_report.py turns them into the report).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
 
+import pandas as pd
+import tvm
+from tqdm import tqdm
+from tvm import relax
 from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from pipeline.core.builder import PersistentBuilder  # noqa: F401 - stage=tune builds with it
+from pipeline.core.tvm_compat import preload_tensor_intrin
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +76,6 @@ class StrategyConfig:
     extra: dict = field(default_factory=dict)
 
     def make(self):
-        from tvm.s_tir import meta_schedule as ms
-
         return ms.search_strategy.EvolutionarySearch(
             population_size=self.population_size, init_measured_ratio=self.init_measured_ratio,
             init_min_unmeasured=self.init_min_unmeasured, genetic_num_iters=self.genetic_num_iters,
@@ -77,8 +85,6 @@ class StrategyConfig:
 
 def measure_callbacks(recorder: TrialRecorder) -> list:
     """MetaSchedule's default callbacks (database, artifact removal, cost-model update) + the recorder."""
-    from tvm.s_tir import meta_schedule as ms
-
     return [*ms.measure_callback.MeasureCallback.create("default"), recorder]
 
 
@@ -86,10 +92,6 @@ def warm_up(builder, runner, mod, target) -> float:
     """Pay the one-time costs before the timed runs, so the first cost model's tuning time is
     not charged with them: the tensor-intrinsic import in this process, the builder's workers
     (one build each of the unscheduled task) and the runner's worker (one run). Returns seconds."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from pipeline.core.tvm_compat import preload_tensor_intrin
-
     t0 = time.perf_counter()
     preload_tensor_intrin()
     n = getattr(builder, "max_workers", 1)
@@ -112,8 +114,6 @@ def quiet_console() -> None:
 def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: int, seed: int,
               strategy: StrategyConfig, builder, runner, num_threads: int) -> tuple[list[Trial], float, object]:
     """One MetaSchedule tuning run of one TIR task: (trials in order, wall seconds, database)."""
-    from tvm.s_tir import meta_schedule as ms
-
     recorder = TrialRecorder()
     quiet_console()
     t0 = time.perf_counter()
@@ -127,8 +127,6 @@ def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: 
 def tune_network(mod, params: dict, target, work_dir: str, *, cost_model, trials_per_task: int, per_iter: int,
                  seed: int, strategy: StrategyConfig, builder, runner) -> tuple[list[Trial], float, object]:
     """One MetaSchedule tuning run of every task of a Relax network (tune_relax)."""
-    from tvm.s_tir import meta_schedule as ms
-
     n_tasks = len(ms.relax_integration.extract_tasks(mod, target, params))
     recorder = TrialRecorder()
     quiet_console()
@@ -143,10 +141,6 @@ def tune_network(mod, params: dict, target, work_dir: str, *, cost_model, trials
 
 def network_latency(db, mod, params: dict, target, inputs: list, *, number: int = 3, repeat: int = 5) -> float:
     """Mean seconds of one end-to-end call of the network compiled with the tuning database."""
-    import tvm
-    from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
-
     ex = ms.relax_integration.compile_relax(db, mod, target, params or None)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     vm = relax.VirtualMachine(ex, dev)
@@ -154,3 +148,108 @@ def network_latency(db, mod, params: dict, target, inputs: list, *, number: int 
     vm["main"](*args)  # warm-up
     timer = vm.time_evaluator("main", dev, number=number, repeat=repeat)
     return float(timer(*args).mean)
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+
+@dataclass
+class Setup:
+    """What every tuning run of a comparison shares."""
+
+    target: object  # tvm.target.Target
+    trials: int  # per task
+    per_iter: int
+    strategy: StrategyConfig
+    builder: object
+    runner: object
+    threads: int
+    work: Path  # MetaSchedule work dirs go to <work>/<name>/<cost model>-s<seed>
+
+
+@dataclass
+class RunResult:
+    trials: list[dict]  # Trial rows, `task` naming the tuned task
+    wall_s: float
+    end_to_end: dict | None = None  # a network's e2e_latency_ms, tuning_min, trials
+
+
+@dataclass
+class TirTask:
+    """One TIR task, tuned on its own (tune_tir)."""
+
+    name: str
+    mod: object  # tvm.IRModule with a `main` PrimFunc
+    flops: float = float("nan")
+    weight: int = 1
+
+    @property
+    def tasks(self) -> list["TirTask"]:
+        return [self]
+
+    def tune(self, cost_model, seed: int, setup: Setup, work_dir: str) -> RunResult:
+        got, wall, _ = tune_task(self.mod, setup.target, work_dir, cost_model=cost_model, trials=setup.trials,
+                                 per_iter=setup.per_iter, seed=seed, strategy=setup.strategy, builder=setup.builder,
+                                 runner=setup.runner, num_threads=setup.threads)
+        return RunResult([{**asdict(t), "task": self.name} for t in got], wall)
+
+
+@dataclass
+class Network:
+    """A Relax network (weights bound), tuned end to end (tune_relax), then compiled with the
+    tuning database and timed as a whole on its example inputs."""
+
+    name: str
+    mod: object  # tvm.IRModule (Relax)
+    inputs: list  # numpy arrays
+    tasks: list[TirTask]  # its extracted tasks (name, flops, weight; mod = the first dispatched)
+
+    def tune(self, cost_model, seed: int, setup: Setup, work_dir: str) -> RunResult:
+        got, wall, db = tune_network(self.mod, {}, setup.target, work_dir, cost_model=cost_model,
+                                     trials_per_task=setup.trials, per_iter=setup.per_iter, seed=seed,
+                                     strategy=setup.strategy, builder=setup.builder, runner=setup.runner)
+        latency = network_latency(db, self.mod, {}, setup.target, self.inputs)
+        return RunResult([asdict(t) for t in got], wall,
+                         {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got)})
+
+
+@dataclass
+class Comparison:
+    trials: pd.DataFrame  # one row per trial: Trial's columns, cost_model, seed
+    runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, error
+    end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials
+    dropped: dict  # cost model -> the error that dropped it
+
+
+def _error_text(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
+            setup: Setup, *, drop_on_failure: tuple[str, ...] = ()) -> Comparison:
+    """Tune every item (TirTask or Network) with every cost model kind and seed.
+
+    A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
+    its first failure."""
+    trials, runs, e2e, dropped = [], [], [], {}
+    jobs = [(item, seed, kind) for item in items for seed in seeds for kind in kinds]
+    for item, seed, kind in tqdm(jobs, desc="tune", unit="run"):
+        if kind in dropped:
+            continue
+        log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
+        row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "error": None}
+        try:
+            result = item.tune(make_cost_model(kind, seed), seed, setup, str(setup.work / item.name / f"{kind}-s{seed}"))
+            row["wall_s"] = result.wall_s
+            trials += [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
+            if result.end_to_end is not None:
+                e2e.append({"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end})
+        except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
+            row["error"] = _error_text(e)
+            log.error("tune %s with %s failed: %s", item.name, kind, row["error"])
+            if kind in drop_on_failure:
+                dropped[kind] = row["error"]
+                log.warning("cost model %s dropped for the rest of this run: %s", kind, row["error"])
+        runs.append(row)
+    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped)

@@ -209,6 +209,15 @@ def test_gather_segments_and_take():
     assert len(long) == n2 + n0 and list(long["record_id"].unique()) == ["t0r2", "t0r0"]
 
 
+def _model(name: str, overrides: list[str] | None = None, spec: FeatureSpec | None = None):
+    """An untrained model made as stage=train makes it: its composed config, instantiated."""
+    from models import registry
+    from pipeline.config import compose
+
+    cfg = compose([f"model={name}", *(overrides or [])])
+    return registry.create(cfg.model, spec or _table().spec, seed=0, threads=1)
+
+
 @pytest.mark.parametrize("name", ["lgbm", "lgbm_rank", "xgb", "xgb_rank", "mlp"])
 def test_models_learn_and_roundtrip(name, tmp_path):
     from models import registry
@@ -216,16 +225,15 @@ def test_models_learn_and_roundtrip(name, tmp_path):
     tab = _table()
     sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
     train, val, test = tab.take(sp.train), tab.take(sp.val), tab.take(sp.test)
-    cfg = registry.model_config(name)
-    if name == "mlp":
-        cfg.max_epochs = 30
-    model = registry.build(cfg, tab.spec, seed=0, threads=1)
+    model = _model(name, ["model.max_epochs=30"] if name == "mlp" else [], tab.spec)
+    assert model.name == name and model.library in ("lightgbm", "xgboost", "mlp")
     model.fit(train, val)
     scores = model.predict(test)
     ev = M.evaluate(test.frame, scores, calibrated=model.calibrated)
     assert ev.summary["spearman"] > 0.5, ev.summary  # the latency is a simple function of the features
     model.save(tmp_path / "m")
     again = registry.load(tmp_path / "m")
+    assert type(again) is type(model) and again.name == name and again.hyperparams == model.hyperparams
     frame = test.store_frame() if again.spec.input == "stores" else test.frame
     assert again.spec.input == ("stores" if name == "mlp" else "records")
     frame_scores = again.predict_frame(frame)
@@ -233,10 +241,68 @@ def test_models_learn_and_roundtrip(name, tmp_path):
     np.testing.assert_allclose(frame_scores["score"].to_numpy(), scores, rtol=1e-5, atol=1e-5)
     with pytest.raises(KeyError, match="lacks"):
         again.predict_frame(frame.drop(columns=[(again.spec.columns + again.spec.store_columns)[0]]))
+    # clone: same class and hyperparameters, untrained; copy: the trained model, independent
+    fresh = model.clone()
+    assert type(fresh) is type(model) and fresh.hyperparams == model.hyperparams and fresh.native() is None
+    twin = model.copy()
+    assert twin.native() is not model.native()
+    np.testing.assert_allclose(twin.predict(test), scores, rtol=1e-6)
 
 
-def test_unknown_model_name_is_a_clear_error():
+@pytest.mark.parametrize("name", ["lgbm", "xgb", "mlp"])
+def test_continue_fit_trains_further_in_place(name):
+    tab = _table()
+    model = _model(name, ["model.max_epochs=3"] if name == "mlp" else ["model.rounds_without_val=20"], tab.spec)
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    before = model.predict(tab)
+    trees = model.native().num_trees() if name == "lgbm" else None
+    model.continue_fit(tab.take(np.arange(40)), rounds=5, epochs=2)
+    after = model.predict(tab)
+    assert after.shape == before.shape and np.isfinite(after).all() and not np.allclose(after, before)
+    if name == "lgbm":
+        assert model.native().num_trees() == trees + 5
+    if name == "xgb":
+        assert model.native().num_boosted_rounds() == 25
+
+
+def test_model_all_composes_every_model_config_and_reaches_per_model_overrides():
+    from pipeline.config import CONF_DIR, compose
+
+    cfg = compose(["model.lgbm.params.num_leaves=63", "model.mlp.hidden=32"])
+    files = {p.stem for p in (CONF_DIR / "model").glob("*.yaml")} - {"all"}
+    assert set(cfg.model) - {"name"} == files  # a new model config must be listed in model/all.yaml
     from models import registry
 
-    with pytest.raises(registry.UnknownModelError, match="model='catboost' is not a model; valid: .*lgbm.*mlp"):
-        registry.model_config("catboost")
+    lgbm = registry.create(cfg.model.lgbm, _table().spec)
+    assert lgbm.library_params["num_leaves"] == 63 and lgbm.name == "lgbm"
+    assert registry.create(cfg.model.mlp, _table().spec).hidden == 32
+
+
+def test_saved_model_of_an_earlier_layout_loads(tmp_path):
+    """A model.json whose params hold only the keys its config had (no defaults recorded)."""
+    import json
+
+    from models import registry
+
+    tab = _table()
+    model = _model("lgbm", ["model.rounds_without_val=5"], tab.spec)
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["params"] = {k: meta["params"][k] for k in ("objective", "num_boost_round", "early_stopping_rounds",
+                                                     "rounds_without_val", "params")}
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    np.testing.assert_allclose(registry.load(tmp_path / "m").predict(tab), model.predict(tab))
+
+
+def test_unknown_model_config_and_saved_class_are_clear_errors(tmp_path):
+    import json
+
+    from models import registry
+
+    with pytest.raises(registry.UnknownModelError, match="'catboost' has no `_target_`.*model=<name>"):
+        registry.create({"name": "catboost", "depth": 6}, _table().spec)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.json").write_text(json.dumps({"name": "x", "class": "os.system"}))
+    with pytest.raises(registry.UnknownModelError, match="names class 'os.system', not a cost model"):
+        registry.load(tmp_path / "m")

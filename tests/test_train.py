@@ -24,11 +24,12 @@ DEFAULT_ROWS = {("lgbm", "static"), ("xgb", "static"), ("mlp", "static"), ("ms_x
 
 @pytest.fixture(scope="module")
 def trained(collected_workspace, tmp_path_factory):
-    """The default train (model=all, features=each) and compare, into a test-only MLflow store."""
+    """The default train (model=all, features=each) and compare, into a test-only MLflow store;
+    one model of the list gets a per-model override."""
     root, over = collected_workspace
     db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
     over = [*over, f"mlflow.tracking_uri=sqlite:///{db}"]
-    out = run_stage("train", over)
+    out = run_stage("train", [*over, "model.lgbm.params.num_leaves=15"])
     report = run_stage("compare", over)
     return root, over, out, report, db
 
@@ -47,7 +48,9 @@ def test_default_train_and_compare(trained):
     calibrated = table["model"].isin(["lgbm", "xgb", "ms_xgb"])
     assert table.loc[calibrated, "test_rmse"].notna().all() and table.loc[~calibrated, "test_rmse"].isna().all()
     assert ((table["test_peak1"] > 0) & (table["test_peak1"] <= 1)).all()
-    assert (root / "reports" / "compare.md").read_text().count("| ms_xgb |") == 1
+    rows = [line.split("|")[1].strip() for line in (root / "reports" / "compare.md").read_text().splitlines()
+            if line.startswith("|")]
+    assert rows.count("ms_xgb") == 1 and rows.count("lgbm") == 2
     assert (root / "reports" / "compare.png").stat().st_size > 1000
 
 
@@ -58,12 +61,18 @@ def test_mlflow_runs_params_artifacts_and_aliases(trained):
     runs = mlflow.search_runs(experiment_names=[cfg.workspace])
     assert len(runs) == len(DEFAULT_ROWS)
     lgbm = runs[(runs["tags.model"] == "lgbm") & (runs["tags.features"] == "static")].iloc[0]
-    # the flattened config, the effective model config and the split's seed are params
+    # the flattened config, the effective model config and the split's seed are params; the
+    # per-model override given with model=all reached the model (and only that one)
     assert lgbm["params.model.library"] == "lightgbm" and lgbm["params.split.seed"] == "0"
+    assert lgbm["params.model.name"] == "lgbm" and lgbm["params.model.params.num_leaves"] == "15"
+    xgb = runs[runs["tags.model"] == "xgb"].iloc[0]
+    assert xgb["params.model.library"] == "xgboost" and "params.model.lgbm.name" not in runs.columns
     assert lgbm["params.dataset.name"] == "ops" and json.loads(lgbm["params.split.sizes"])["test"] > 0
     client = mlflow.MlflowClient()
     files = {a.path for a in client.list_artifacts(lgbm["run_id"])}
-    assert {"features.json", "test_per_task.csv", "split.json", "plots"} <= files
+    assert {"features.json", "test_per_task.json", "split.json", "training_info.json", "plots"} <= files
+    per_task = client.load_table(lgbm["experiment_id"], "test_per_task.json", run_ids=[lgbm["run_id"]])
+    assert len(per_task) == lgbm["metrics.test_n_tasks"] == 3 and {"task_id", "peak1"} <= set(per_task.columns)
     plots = {a.path for a in client.list_artifacts(lgbm["run_id"], "plots")}
     assert {"plots/predicted_vs_measured.png", "plots/topk_curve.png", "plots/feature_importance.png"} <= plots
     # aliases: best overall and per feature set; the pyfunc predicts from a features DataFrame

@@ -77,3 +77,63 @@ def test_report_curves_and_reach():
     s = R.summary(table)
     assert list(s["cost_model"]) == ["xgb", "ours", "random"] and s["reached"].tolist() == [1, 1, 0]
     assert R.batch_curves(trials).groupby("cost_model")["batch"].max().to_dict() == {"ours": 2, "random": 2, "xgb": 2}
+
+
+def test_report_markdown_and_files(tmp_path):
+    from models import tuning_report as R
+
+    trials = pd.DataFrame([{"task": "T", "cost_model": cm, "seed": 0, "trial": i + 1, "batch": 1,
+                            "latency_s": v, "elapsed_s": float(i)}
+                           for cm, vs in {"xgb": [2e-3, 1e-3], "ours": [None, 1.5e-3]}.items()
+                           for i, v in enumerate(vs)])
+    runs = pd.DataFrame([{"task": "T", "cost_model": cm, "seed": 0, "wall_s": 30.0, "error": None}
+                         for cm in ("xgb", "ours")] + [{"task": "T", "cost_model": "mlp", "seed": 0,
+                                                        "wall_s": float("nan"), "error": "ValueError: boom"}])
+    report = R.write(trials, runs, pd.DataFrame(), {"mlp": "ValueError: boom"}, folder=tmp_path, prefix="tune",
+                     heading="ws, workspace", curves_title="curves", flops={"T": 1e6}, weights={"T": 1})
+    lines = report.text.split("## Per task (mean over seeds)")[1].split("##")[0].strip().splitlines()
+    head, *rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+    assert len(rows) == 1 + 3 and all(set(c) <= set("-:") for c in rows[0])  # separator + 3 cost models
+    by = {r[head.index("cost_model")]: dict(zip(head, r)) for r in rows[1:]}
+    # best latency (us) and speedup with 3 significant digits; missing values are empty cells
+    assert by["ours"]["best_latency_us"] == "1.5e+03" and by["ours"]["speedup_vs_xgb"] == "0.667"
+    assert by["mlp"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
+    assert "## Dropped cost models" in report.text and "- mlp: ValueError: boom" in report.text
+    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "curves_png", "report_md"}
+    assert all(p.stat().st_size > 0 for p in report.files.values())
+
+
+def test_cost_model_kinds():
+    from tvm.s_tir import meta_schedule as ms
+
+    from models import tuning_models
+
+    assert isinstance(tuning_models.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
+    assert isinstance(tuning_models.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
+    with pytest.raises(tuning_models.TuneError, match=r"unknown \['catboost'\]; valid: ours, xgb, mlp, random"):
+        tuning_models.create("catboost", seed=0, threads=1)
+    with pytest.raises(tuning_models.TuneError, match="needs the loaded pipeline model"):
+        tuning_models.create("ours", seed=0, threads=1)
+
+
+def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
+    """The loop's bookkeeping, with a stand-in for what is tuned (real tuning: the tiny tune above)."""
+    from pipeline.tuning import RunResult, Setup, StrategyConfig, compare
+
+    class Item:
+        name = "net"
+
+        def tune(self, cost_model, seed, setup, work_dir):
+            if cost_model == "mlp":
+                raise ValueError("need at least one array\nto concatenate")
+            rows = [{"task": "T", "index": 1, "batch": 1, "latency_s": 1e-3 * (seed + 1), "error": None,
+                     "elapsed_s": 0.1}]
+            return RunResult(rows, 2.0, {"e2e_latency_ms": 3.0, "tuning_min": 2.0 / 60, "trials": 1})
+
+    setup = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path)
+    out = compare([Item()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",))
+    assert list(zip(out.runs["cost_model"], out.runs["seed"])) == [("xgb", 0), ("mlp", 0), ("xgb", 1)]
+    assert out.runs["error"].isna().tolist() == [True, False, True]
+    assert out.runs["error"].iloc[1] == "ValueError: to concatenate"
+    assert out.dropped == {"mlp": "ValueError: to concatenate"} and len(out.trials) == 2
+    assert out.end_to_end[["network", "cost_model", "seed"]].values.tolist() == [["net", "xgb", 0], ["net", "xgb", 1]]

@@ -5,9 +5,16 @@ level, cache hit rates, occupancy and its limiters, launch configuration, instru
 mix, shared-memory bank conflicts and the warp stall breakdown. Names are ncu metric
 names (`ncu --query-metrics`); a name the device does not know is dropped before
 profiling and recorded with its reason. `collect=ncu_full` uses `--set full` instead.
+
+A report made with sections (`--set full`, the default sections) publishes some of these
+values under other names: `ALIASES` says where, and the parser stores them under the
+curated name. `METRICS_ONLY` lists the curated names that no section of `--set full`
+publishes, even under another name: only `--metrics` collection gives them.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from pipeline.core.schema import ncu_schema
 
@@ -103,6 +110,57 @@ GROUPS: dict[str, tuple[str, ...]] = {
 }
 
 DEFAULT_METRICS: tuple[str, ...] = tuple(m for names in GROUPS.values() for m in names)
+
+
+class Published(NamedTuple):
+    """The name under which a section publishes a curated value.
+
+    `times`: the published value is a per-cycle rate; multiplied by this elapsed-cycles
+    metric of the same launch it gives the curated count back (used only when the rate's
+    unit is `<unit>/<unit of times>`, so that the units cancel)."""
+
+    name: str
+    times: str | None = None
+
+
+def _sass_op(op: str) -> str:
+    return f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum"
+
+
+# Curated name -> where a section publishes the same quantity; read only when a report
+# lacks the curated name. Measured on real `--set full` (H100, ncu 2025.1) and
+# default-section (A100, RTX 3070) reports:
+# - DRAM throughput: the Speed Of Light section names its "DRAM Throughput" row
+#   gpu__dram_throughput (% of peak, the same breakdown of DRAM activity); no section
+#   report has dram__throughput.
+# - Floating-point instruction counts: the roofline sections publish the FP32 (fadd,
+#   fmul, ffma), FP64 (dadd, dmul, dfma) and FP16 (hfma) counts only as
+#   `.sum.per_cycle_elapsed`, which is `.sum` / smsp__cycles_elapsed.avg; the product
+#   with smsp__cycles_elapsed.avg of the same launch is the count (integers on the H100
+#   report, where sm__inst_executed.sum.per_cycle_elapsed x sm__cycles_elapsed.avg also
+#   equals smsp__inst_executed.sum).
+ALIASES: dict[str, Published] = {
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed":
+        Published("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    **{_sass_op(op): Published(f"{_sass_op(op)}.per_cycle_elapsed", times="smsp__cycles_elapsed.avg")
+       for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma", "hfma")},
+}
+
+# Curated names that no section of `--set full` publishes, not even under another name or
+# as a rate that converts exactly: a report made with sections leaves these columns null;
+# `collect=ncu` (`--metrics`) collects them.
+METRICS_ONLY: dict[str, str] = {
+    "lts__t_bytes.sum": "sections count L2 traffic in sectors (lts__t_sectors.sum); the bytes per "
+                        "sector are not a value of the report",
+    "l1tex__t_bytes.sum": "sections break L1 traffic down per pipe and memory space "
+                          "(l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum, ...) with no total",
+    "lts__t_sectors_op_read.sum": "sections count L2 reads per source unit (lts__t_sectors_srcunit_tex_op_read.sum "
+                                  "counts only those from L1), not over all units",
+    "lts__t_sectors_op_write.sum": "sections count L2 writes per source unit (lts__t_sectors_srcunit_tex_op_write.sum "
+                                   "counts only those from L1), not over all units",
+    _sass_op("hadd"): "no section publishes FP16 add counts, not even as a rate",
+    _sass_op("hmul"): "no section publishes FP16 multiply counts, not even as a rate",
+}
 
 # The metric that weights per-kernel values when a record launches several kernels.
 TIME_METRIC = "gpu__time_duration.sum"

@@ -266,6 +266,22 @@ def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozen
     return _schema(name, [*head, *cols, pa.field("error", pa.string())])
 
 
+def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozenset()) -> pa.Schema:
+    """Kernel table of any .ncu-rep (`python -m features.ncu.report`): the `ncu_kernels`
+    columns, with `record_id` null for a launch outside the pipeline's NVTX domain and
+    `task_id` null (a report alone names no task), plus where each launch comes from."""
+    base = ncu_schema("ncu_launches", metrics, string_metrics, per_kernel=True)
+    fields = [f.with_nullable(True) if f.name in ("record_id", "task_id") else f for f in base]
+    at = base.get_field_index("kernel_name") + 1
+    where = [
+        pa.field("device", pa.string()),  # device__attribute_display_name, e.g. "NVIDIA H100 PCIe"
+        pa.field("nvtx_ranges", pa.string()),  # push/pop ranges around the launch: "a/b" (default domain), "dom@a/b"
+        pa.field("report", pa.string()),  # the .ncu-rep file name
+        pa.field("launch_index", pa.int32()),  # 0-based position of the launch in the report
+    ]
+    return pa.schema([*fields[:at], *where, *fields[at:]], metadata=base.metadata)
+
+
 # ----------------------------------------------------------------------------- stage=tune
 # Every measured trial of a tuning comparison (<workspace>/tune_trials/part-*.parquet).
 TUNE_TRIALS = _schema(

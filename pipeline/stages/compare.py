@@ -37,17 +37,15 @@ def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub table: integers and values of 1000 or more without decimals, others with 3."""
     def fmt(v):
         if isinstance(v, float):
             if np.isnan(v):
                 return ""
             return f"{v:.0f}" if abs(v) >= 1000 or float(v).is_integer() else f"{v:.3f}"
-        return str(v)
+        return v
 
-    head = "| " + " | ".join(df.columns) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body]) + "\n"
+    return df.map(fmt).to_markdown(index=False, tablefmt="github", disable_numparse=True) + "\n"
 
 
 def run(cfg) -> dict:
@@ -69,7 +67,7 @@ def run(cfg) -> dict:
         f"models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)}.\n\n"
         + to_markdown(shown))
     chart = table.assign(run=table["model"] + "/" + table["features"] + "/" + table["split"])
-    plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics], reports / "compare.png")
+    plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), reports / "compare.png")
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         cols = FIRST + [c for c in shown.columns if c.startswith("test_") and c != "test_n_tasks"] + ["train_seconds"]
         print(f"\nstage=compare, workspace {ws.name}: {len(table)} runs (test part)")

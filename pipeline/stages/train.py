@@ -14,11 +14,12 @@ import os
 import time
 
 import numpy as np
-from omegaconf import OmegaConf
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
 
 from models import registry, tracking
 from models.metrics import evaluate
-from models.splits import make_split
+from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core.workspace import Workspace, WorkspaceError
 
@@ -28,28 +29,39 @@ EACH = "each"
 STATIC_ONLY = {"ms_xgb"}  # models that read their own static features
 
 
+def _selected(group: DictConfig, names, list_key: str, option: str, noun: str, error) -> list[DictConfig]:
+    """The configs `names` (the list `list_key`) among those of a group option that composes
+    every config under its own key (model=all, features=each)."""
+    names = [str(n) for n in names]
+    if not names:
+        raise error(f"{list_key} is empty: name at least one {noun}")
+    known = [k for k in group if k != "name"]
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise error(f"{option}={bad[0]!r} is not a {noun}; valid: {', '.join(known)} "
+                    f"({list_key} names configs of {option}={group.name})")
+    return [group[n] for n in names]
+
+
 def model_configs(cfg) -> list[dict]:
     """The model configs this run trains (validated before any work starts)."""
-    name = str(cfg.model.name)
-    if name == registry.ALL:
-        names = [str(n) for n in cfg.train.models]
-        if not names:
-            raise registry.UnknownModelError("train.models is empty: name at least one model")
-        return [OmegaConf.to_container(registry.model_config(n), resolve=True) for n in names]
-    if name not in registry.model_names():
-        raise registry.UnknownModelError(f"model={name!r} is not a model; valid: {', '.join(registry.model_names())}, all")
-    return [OmegaConf.to_container(cfg.model, resolve=True)]
+    nodes = _selected(cfg.model, cfg.train.models, "train.models", "model", "model", registry.UnknownModelError) \
+        if str(cfg.model.name) == registry.ALL else [cfg.model]
+    out = [OmegaConf.to_container(n, resolve=True) for n in nodes]
+    for m in out:
+        registry.check(m)
+    return out
 
 
 def feature_configs(cfg) -> list[dict]:
-    name = str(cfg.features.name)
-    names = [str(n) for n in cfg.train.features] if name == EACH else [name]
-    bad = [n for n in names if n not in FEATURE_SETS]
+    """The feature-set configs this run trains on (validated before any work starts)."""
+    nodes = _selected(cfg.features, cfg.train.features, "train.features", "features", "feature set", FeatureSetError) \
+        if str(cfg.features.name) == EACH else [cfg.features]
+    out = [OmegaConf.to_container(n, resolve=True) for n in nodes]
+    bad = [f["name"] for f in out if f["name"] not in FEATURE_SETS]
     if bad:
         raise FeatureSetError(f"features={bad[0]!r} is not a feature set; valid: {', '.join(FEATURE_SETS)}, each")
-    if name != EACH:
-        return [OmegaConf.to_container(cfg.features, resolve=True)]
-    return [OmegaConf.to_container(OmegaConf.load(registry.CONF / "features" / f"{n}.yaml"), resolve=True) for n in names]
+    return out
 
 
 def predict_rate(model, table, n: int) -> float:
@@ -66,8 +78,9 @@ def predict_rate(model, table, n: int) -> float:
 def train_one(cfg, ws, mcfg: dict, table, split, fcfg: dict | None = None) -> dict:
     """Fit, evaluate and log one model on one feature set; returns its summary row."""
     seed = int(cfg.seed)
-    threads = int(cfg.train.threads) or int(cfg.jobs) or os.cpu_count() or 1
-    model = registry.build(mcfg, table.spec, seed=seed, threads=threads)
+    # a model config's own `threads` (the MLP's torch threads) wins over train.threads
+    threads = int(mcfg.get("threads") or 0) or int(cfg.train.threads) or int(cfg.jobs) or os.cpu_count() or 1
+    model = registry.create(mcfg, table.spec, seed=seed, threads=threads)
     if hasattr(model, "bind"):
         model.bind(ws)
     parts = {k: table.take(getattr(split, k)) for k in ("train", "val", "test")}
@@ -143,16 +156,12 @@ def run(cfg) -> dict:
 
 def _restrict(split, table, part_of: dict):
     """The workspace-wide split, as row positions of `table` (records with these features)."""
-    from models.splits import Split
-
     parts = table.frame["record_id"].map(part_of).to_numpy()
     pos = {k: np.flatnonzero(parts == k) for k in ("train", "val", "test")}
     return Split(split.kind, split.seed, pos["train"], pos["val"], pos["test"], split.info)
 
 
 def _print(rows: list[dict], aliases: dict, cfg) -> None:
-    import pandas as pd
-
     df = pd.DataFrame(rows).drop(columns=["run_id"])
     print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (test part; MLflow: "
           f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")

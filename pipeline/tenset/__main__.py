@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from pipeline.core.errors import PipelineError
+
 
 def _check(rec, dag, cuda_target: dict, numerics: bool) -> str:
     import numpy as np
@@ -88,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in ("replay",):
         print(__doc__.strip())
         return 2
-    return replay_main(argv[1:])
+    try:
+        return replay_main(argv[1:])
+    except PipelineError as e:  # e.g. a damaged task pickle under --tenset: one line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@ from dataclasses import dataclass
 # float32 and TVM 0.27 rejects it, so they map back to min_value / max_value.
 _F32_MAX = 3.4028234663852886e38
 
+# Nodes of one expression once its shared subexpressions are written out, as TVM does
+# when it lowers a compute (te.create_prim_func takes seconds at 2^18 and never ends at
+# 2^40). TenSet's largest body (a Winograd transform) has about 500.
+MAX_EXPR_NODES = 100_000
+
 
 class GraphError(ValueError):
     """The JSON graph holds something this decoder cannot rebuild."""
@@ -52,7 +57,8 @@ class _Decoder:
         self.nodes = graph["nodes"]
         self.memo: dict[int, object] = {}
         self.op_names: dict[str, int] = {}
-        self.expr_memo: dict[tuple, object] = {}
+        self.expr_memo: dict[tuple, tuple] = {}  # (ref, id(env)) -> (env, expr, expanded size)
+        self.sizes: list[int] = []  # expanded sizes of the expressions being decoded
 
     # -- helpers ---------------------------------------------------------------------
     def node(self, ref) -> dict:
@@ -106,12 +112,14 @@ class _Decoder:
         elif kind == "ComputeOp":
             env: dict[int, object] = {}
             axis = []
+            outer, self.sizes = self.sizes, []  # a producer's expressions are not part of its consumer's
             for r in self.array(self.attr(n, "axis")):
                 iv = self.itervar(r, env)
                 axis.append(iv)
             for r in self.array(self.attr(n, "reduce_axis")):
                 self.itervar(r, env)
             body = [self.expr(r, env) for r in self.array(self.attr(n, "body"))]
+            self.sizes = outer
             from tvm.te import _ffi_api
 
             op = _ffi_api.ComputeOp(name, self.attr(n, "tag") or "", None, axis, body)
@@ -161,12 +169,20 @@ class _Decoder:
     # -- expressions -----------------------------------------------------------------
     def expr(self, ref, env):
         """A TIR expression; a node the JSON graph shares is shared here too (TE built
-        these bodies as DAGs, e.g. fast_erf's clamped input feeds 40 products)."""
+        these bodies as DAGs, e.g. fast_erf's clamped input feeds 40 products). The size
+        it has once written out as a tree is counted and bounded by MAX_EXPR_NODES."""
         ref = int(ref)
         key = (ref, id(env))
         hit = self.expr_memo.get(key)
         if hit is None or hit[0] is not env:  # the env is kept alive, so its id is not reused
-            hit = self.expr_memo[key] = (env, self._expr(ref, env))
+            self.sizes.append(1)
+            value = self._expr(ref, env)
+            hit = self.expr_memo[key] = (env, value, self.sizes.pop())
+        if self.sizes:
+            self.sizes[-1] += hit[2]
+        if hit[2] > MAX_EXPR_NODES or (self.sizes and self.sizes[-1] > MAX_EXPR_NODES):
+            raise GraphError(f"an expression of more than {MAX_EXPR_NODES:,} nodes once its shared parts are "
+                             f"written out (TenSet's largest has about 500)")
         return hit[1]
 
     def _expr(self, ref, env):
@@ -269,8 +285,11 @@ def rebuild(graph: dict) -> DAG:
     root = dec.node(graph["root"])
     if root.get("type_key") != "Array":
         raise GraphError(f"the graph root is a {root.get('type_key')}, expected the Array of tensors")
-    tensors = [dec.tensor(r) for r in root.get("data", [])]
-    return DAG(tensors=tensors, ops=ansor_stage_order(tensors))
+    try:
+        tensors = [dec.tensor(r) for r in root.get("data", [])]
+        return DAG(tensors=tensors, ops=ansor_stage_order(tensors))
+    except RecursionError:
+        raise GraphError("the graph nests deeper than Python's recursion limit (or refers to itself)") from None
 
 
 def ansor_stage_order(tensors) -> list:

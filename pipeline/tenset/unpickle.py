@@ -5,6 +5,15 @@ TenSet pickled TVM 0.8 objects: each is stored as `(_new_object, (cls,), state)`
 this Unpickler resolves only the handful of TVM names TenSet uses, and maps each to a
 small stand-in class defined here: the named modules are never imported (TVM 0.27 has
 no `tvm.auto_scheduler` anyway). Any other global is refused.
+
+A small pickle must not become a huge value either: ten references to one list, nested
+forty levels deep, is 1 KB on disk and 10^40 items once printed. So before anything is
+built, the unpickler's stack is run over the opcode stream (read with `pickletools`)
+and the pickle is refused unless it uses only the opcodes Python's pickler writes for
+TenSet's values, every second reference (a memo get) fetches a string, number or class,
+never a container, as in TenSet's own files (so the value is a tree), and that tree is
+no deeper and no longer once printed than the limits below. Every error is one line
+naming the file.
 """
 
 from __future__ import annotations
@@ -12,13 +21,45 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import pickletools
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 
+# Limits on what one pickle may hold, checked before anything is built. TenSet's task
+# files nest 10 levels, hold one value per ~1 KB and print to about their own size.
+MAX_DEPTH = 32
+MAX_OPCODES = 5_000_000  # each value is at least one opcode, so this bounds their number
+EXPANSION = 4  # printed size <= EXPANSION x file size + EXPANSION_SLACK characters
+EXPANSION_SLACK = 1 << 20
 
-class UnsafePickleError(pickle.UnpicklingError, PipelineError):
-    """The pickle names a global outside the allowlist."""
+RESTORE = "restore it from the TenSet archive"
+
+
+class TaskFileError(pickle.UnpicklingError, PipelineError):
+    """A TenSet pickle that cannot be used; the message names the file and what to do."""
+
+
+class UnsafePickleError(TaskFileError):
+    """The pickle holds what TenSet never writes: a global outside the allowlist, a shared
+    container, a value over the limits."""
+
+
+class DamagedPickleError(TaskFileError):
+    """The file is truncated, malformed or not a TenSet pickle at all."""
+
+
+def refused(source, reason: str) -> UnsafePickleError:
+    return UnsafePickleError(f"{source}: refused: {_one_line(reason)}; TenSet never writes this, so {RESTORE}")
+
+
+def damaged(source, reason: str) -> DamagedPickleError:
+    return DamagedPickleError(f"{source}: damaged or not a TenSet task file ({_one_line(reason)}); {RESTORE}")
+
+
+def _one_line(text: str, limit: int = 600) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class TVMObject:
@@ -29,6 +70,9 @@ class TVMObject:
     def __setstate__(self, state):
         if not isinstance(state, dict):
             raise pickle.UnpicklingError(f"{self.type_name}: expected a dict state, got {type(state).__name__}")
+        for k in state:  # a field may not replace a method (`kind`, `graph`) or a dunder
+            if not isinstance(k, str) or hasattr(type(self), k):
+                raise UnsafePickleError(f"{self.type_name} state sets field {str(k)[:80]!r}")
         self.__dict__.update(state)
 
     def __repr__(self):
@@ -87,12 +131,13 @@ class Target(TVMObject):
         amap = nodes[int(root["attrs"]["attrs"])]
         keys, out = amap.get("keys", []), {}
         data = amap.get("data", [])
+        budget = [MAX_LEAF_NODES]  # for all attributes together
         if keys:  # string-keyed Map: "keys" names, "data" values
             pairs = zip(keys, data)
         else:
-            pairs = ((_leaf(nodes, data[i]), data[i + 1]) for i in range(0, len(data), 2))
+            pairs = ((_leaf(nodes, data[i], budget), data[i + 1]) for i in range(0, len(data), 2))
         for k, v in pairs:
-            out[str(k)] = _leaf(nodes, v)
+            out[str(k)] = _leaf(nodes, v, budget)
         return out
 
 
@@ -131,31 +176,184 @@ ALLOWED = {
     ("tvm.runtime.container", "String"): String,
 }
 
+# Opcodes that push a value a memo get may fetch again: strings, numbers, None/bools,
+# globals (TenSet shares its dict keys and class names). A container fetched twice
+# (lists, tuples, dicts, objects) is refused: it is how a small pickle grows.
+_ATOMS = frozenset({
+    "NONE", "NEWTRUE", "NEWFALSE", "BININT", "BININT1", "BININT2", "LONG1", "BINFLOAT",
+    "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINBYTES", "BINBYTES", "BINBYTES8",
+    "GLOBAL", "STACK_GLOBAL",
+})
+_EMPTY = frozenset({"EMPTY_TUPLE", "EMPTY_LIST", "EMPTY_DICT"})
+_TUPLE_N = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+_MEMO_PUT = frozenset({"MEMOIZE", "BINPUT", "LONG_BINPUT"})
+_MEMO_GET = frozenset({"BINGET", "LONG_BINGET"})
+# Opcodes that add to the value below them: (values taken: a count, or "mark" for all
+# above the last MARK; the opcodes that may have built the value they add to).
+_GROW = {
+    "APPEND": (1, ("EMPTY_LIST",)), "APPENDS": ("mark", ("EMPTY_LIST",)),
+    "SETITEM": (2, ("EMPTY_DICT",)), "SETITEMS": ("mark", ("EMPTY_DICT",)),
+    "BUILD": (1, ("REDUCE", "NEWOBJ")),  # an object's state, never a class or _new_object
+}
+# What Python's pickler writes (protocols 2-5) for None, bools, ints, floats, str, bytes,
+# tuples, lists, dicts and objects rebuilt by REDUCE/NEWOBJ + BUILD. Not here: protocol
+# 0/1 text opcodes, DUP and POP (stack tricks), extension codes, persistent ids, sets,
+# bytearrays and out-of-band buffers, none of which TenSet writes.
+_OPCODES = _ATOMS | _EMPTY | _MEMO_PUT | _MEMO_GET | set(_TUPLE_N) | set(_GROW) | {
+    "PROTO", "FRAME", "STOP", "MARK", "TUPLE", "REDUCE", "NEWOBJ",
+}
+
+
+class _Value:
+    """What the opcode check knows of a value on the unpickler's stack: the opcode and
+    offset that pushed it, how deep it nests and how long it prints (approximately: one
+    character per value plus the text of strings and the digits of numbers)."""
+
+    __slots__ = ("op", "pos", "depth", "size")
+
+    def __init__(self, op: str, pos: int, depth: int = 1, size: int = 1):
+        self.op, self.pos, self.depth, self.size = op, pos, depth, size
+
+
+def _allowed(module: str, name: str):
+    try:
+        return ALLOWED[(module, name)]
+    except KeyError:
+        raise UnsafePickleError(
+            f"refusing to load global {module}.{name}: TenSet task pickles only name "
+            f"{', '.join(sorted(m + '.' + n for m, n in ALLOWED))}"
+        ) from None
+
 
 class TenSetUnpickler(pickle.Unpickler):
     """Resolves only ALLOWED names, to the stand-ins above; imports nothing."""
 
     def find_class(self, module, name):
-        try:
-            return ALLOWED[(module, name)]
-        except KeyError:
-            raise UnsafePickleError(
-                f"refusing to load global {module}.{name}: TenSet task pickles only name "
-                f"{', '.join(sorted(m + '.' + n for m, n in ALLOWED))}"
-            ) from None
+        return _allowed(module, name)
 
     def persistent_load(self, pid):
         raise UnsafePickleError(f"refusing persistent id {pid!r}")
 
 
-def loads(data: bytes):
-    return TenSetUnpickler(io.BytesIO(data)).load()
+def check_opcodes(data: bytes) -> None:
+    """Runs the unpickler's stack over the opcode stream without building anything and
+    refuses what TenSet never writes, before the real unpickler sees it: unknown opcodes,
+    globals outside ALLOWED, memo slots out of order (a memo slot of 2^31 makes the
+    unpickler allocate tens of GB), a memo get of a container, values nested deeper than
+    MAX_DEPTH (hashing a 1 MB pickle of nested tuples crashes the interpreter) or printing
+    longer than EXPANSION x the file size."""
+    max_size = EXPANSION * len(data) + EXPANSION_SLACK
+    stream = io.BytesIO(data)
+    stack: list[_Value] = []
+    marks: list[int] = []  # the stack's height at each open MARK
+    memo: list[_Value] = []
+    pos = 0
+
+    def take(n) -> list[_Value]:
+        """The top n values (or all above the last MARK), removed from the stack."""
+        if n == "mark":
+            if not marks:
+                raise DamagedPickleError(f"opcode at byte {pos} needs a MARK that is not there")
+            n = len(stack) - marks.pop()
+        if n > len(stack) - (marks[-1] if marks else 0):
+            raise DamagedPickleError(f"opcode at byte {pos} takes more values than the stack holds")
+        items = stack[len(stack) - n:]
+        del stack[len(stack) - n:]
+        return items
+
+    def grow(v: _Value, items: list[_Value]) -> _Value:
+        v.depth = max(v.depth, 1 + max((x.depth for x in items), default=0))
+        v.size += sum(x.size for x in items)
+        if v.depth > MAX_DEPTH:
+            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 10)")
+        if v.size > max_size:
+            raise UnsafePickleError(f"values longer than {max_size:,} characters once printed "
+                                    f"({EXPANSION}x the file size + {EXPANSION_SLACK:,})")
+        return v
+
+    n = 0
+    try:
+        for op, arg, pos in pickletools.genops(stream):
+            n += 1
+            if n > MAX_OPCODES:
+                raise UnsafePickleError(f"more than {MAX_OPCODES:,} pickle opcodes (TenSet task files hold thousands)")
+            name = op.name
+            if name not in _OPCODES:
+                raise DamagedPickleError(f"pickle opcode {name} at byte {pos}, which TenSet task files never use")
+            if name in _ATOMS:
+                if name == "GLOBAL":
+                    _allowed(*str(arg).split(" ", 1))
+                elif name == "STACK_GLOBAL":  # module and name: checked by find_class
+                    take(2)
+                text = len(arg) if isinstance(arg, (str, bytes)) else 0
+                if isinstance(arg, int) and not isinstance(arg, bool):
+                    text = arg.bit_length() // 3  # about its decimal digits
+                stack.append(_Value(name, pos, 1, 1 + text))
+            elif name in _EMPTY:
+                stack.append(_Value(name, pos))
+            elif name == "MARK":
+                marks.append(len(stack))
+            elif name == "TUPLE" or name in _TUPLE_N:
+                stack.append(grow(_Value(name, pos), take(_TUPLE_N.get(name, "mark"))))
+            elif name in ("REDUCE", "NEWOBJ"):  # callable(*args): as deep and as long as its arguments
+                args = take(2)[1]
+                stack.append(grow(_Value(name, pos, max(1, args.depth - 1), args.size), []))
+            elif name in _GROW:
+                count, into = _GROW[name]
+                items = take(count)
+                if len(stack) <= (marks[-1] if marks else 0):
+                    raise DamagedPickleError(f"{name} at byte {pos} has nothing to add to")
+                if stack[-1].op not in into:
+                    raise UnsafePickleError(f"{name} at byte {pos} applied to the value of {stack[-1].op} "
+                                            f"at byte {stack[-1].pos}")
+                grow(stack[-1], items)
+            elif name in _MEMO_PUT:
+                if name != "MEMOIZE" and arg != len(memo):
+                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} out of sequence (expected {len(memo)})")
+                if not stack:
+                    raise DamagedPickleError(f"{name} at byte {pos} with an empty stack")
+                memo.append(stack[-1])
+            elif name in _MEMO_GET:
+                if not 0 <= arg < len(memo):
+                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} read before it is written")
+                v = memo[arg]
+                if v.op not in _ATOMS:
+                    raise UnsafePickleError(
+                        f"a second reference (byte {pos}) to the container built by {v.op} at byte {v.pos}; "
+                        f"TenSet shares only strings and class names, and shared containers let a small "
+                        f"file expand without bound")
+                stack.append(v)
+            elif name == "PROTO" and not 2 <= arg <= pickle.HIGHEST_PROTOCOL:
+                raise DamagedPickleError(f"pickle protocol {arg} (TenSet task files use 2 to 4)")
+            elif name == "STOP" and (len(stack) != 1 or marks):
+                raise DamagedPickleError(f"{len(stack)} values and {len(marks)} open MARKs at the end "
+                                         f"(expected 1 and 0)")
+    except ValueError as e:  # pickletools: truncated data, unknown opcode byte, bad length
+        raise DamagedPickleError(str(e)) from None
+    if stream.tell() != len(data):
+        raise DamagedPickleError(f"{len(data) - stream.tell()} bytes after the end of the pickle")
+
+
+def loads(data: bytes, source: str = "pickle data"):
+    """Checks and loads one TenSet pickle; every failure is a TaskFileError naming `source`."""
+    try:
+        check_opcodes(data)
+        obj = TenSetUnpickler(io.BytesIO(data)).load()
+    except UnsafePickleError as e:
+        raise refused(source, str(e)) from None
+    except Exception as e:  # noqa: BLE001 - untrusted data: any failure means the file is unusable
+        raise damaged(source, str(e) or type(e).__name__) from None
+    return obj
 
 
 def load(path: str | Path):
     """Load one TenSet pickle (a task pickle or all_tasks.pkl) with the restricted Unpickler."""
-    with open(path, "rb") as f:
-        return TenSetUnpickler(f).load()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise TaskFileError(f"{path}: cannot read it ({e.strerror or e}); check that it is a readable file, "
+                            f"or {RESTORE}") from None
+    return loads(data, str(path))
 
 
 def _num(v):
@@ -168,7 +366,17 @@ def _num(v):
             return v
 
 
-def _leaf(nodes, ref):
+# Nodes one target attribute may expand to: the JSON graph may share nodes, so writing an
+# Array out is bounded (TenSet's targets have a few dozen nodes in all).
+MAX_LEAF_NODES = 10_000
+
+
+def _leaf(nodes, ref, budget: list[int] | None = None):
+    """A JSON graph node as a plain value (strings, numbers, lists of them)."""
+    budget = [MAX_LEAF_NODES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise pickle.UnpicklingError(f"a target attribute expands to more than {MAX_LEAF_NODES:,} nodes")
     n = nodes[int(ref)]
     tk = n.get("type_key")
     if tk in ("runtime.String", "String"):
@@ -178,5 +386,5 @@ def _leaf(nodes, ref):
     if tk == "FloatImm":
         return float(n["attrs"]["value"])
     if tk == "Array":
-        return [_leaf(nodes, x) for x in n.get("data", [])]
+        return [_leaf(nodes, x, budget) for x in n.get("data", [])]
     return n
