@@ -190,12 +190,8 @@ def test_ncu_tables_written_from_an_outcome(tmp_path):
     jobs = [{"record_id": "r1", "task_id": "t"}, {"record_id": "r2", "task_id": "t"}]
     ws = Workspace(tmp_path)
     tables = profile.NcuProfiler(profile.Options(), tmp_path / "reports").tables()
-
-    def write(table, rows, schema):
-        with ws.writer(table, 0, "h100", schema=schema) as part:
-            part.add(rows)
-
-    assert profile.write_outcome(part, jobs, tables, cols, write) == (1, 1)
+    with ws.sink(0, "h100") as write:
+        assert profile.write_outcome(part, jobs, tables, cols, write) == (1, 1)
     rec, ker = ws.path("ncu", "h100"), ws.path("ncu_kernels", "h100")
     assert rec == tmp_path / "features" / "ncu" / "device=h100"
     per_record = read_table(rec, metrics.NCU).set_index("record_id")

@@ -174,6 +174,10 @@ class Workspace:
         return PartWriter(self.root / t.path, schema, index, {t.partition: device} if t.partition else None,
                           flush_rows=flush_rows, flush_s=flush_s)
 
+    def sink(self, shard: Shard | int = 0, device: str | None = None) -> "TableSink":
+        """`sink(table, rows[, schema])` for the rows of several tables of one shard (and device)."""
+        return TableSink(self, shard, device)
+
 
 # ---------------------------------------------------------------------- writing
 
@@ -272,6 +276,37 @@ class PartWriter:
         self._last = time.monotonic()
 
     def __enter__(self) -> "PartWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+
+class TableSink:
+    """Rows for several tables of one shard and device, as a library hands them over:
+    `sink(table, rows)` buffers them in that table's part writer; `sink(table, rows, schema)`
+    writes them at once as a part of their own (its columns are that part's, as an ncu
+    table's grow with the metrics of its reports). Use as a context manager."""
+
+    def __init__(self, ws: Workspace, shard: Shard | int = 0, device: str | None = None):
+        self.ws, self.shard, self.device = ws, shard, device
+        self.writers: dict[str, PartWriter] = {}
+
+    def __call__(self, name: str | Table, rows: list[dict], schema: pa.Schema | None = None) -> None:
+        t = table(name)
+        if schema is not None:
+            with self.ws.writer(t, self.shard, self.device if t.partition else None, schema=schema) as part:
+                part.add(rows)
+            return
+        if t.name not in self.writers:
+            self.writers[t.name] = self.ws.writer(t, self.shard, self.device if t.partition else None)
+        self.writers[t.name].add(rows)
+
+    def flush(self) -> None:
+        for w in self.writers.values():
+            w.flush()
+
+    def __enter__(self) -> "TableSink":
         return self
 
     def __exit__(self, *exc) -> None:

@@ -21,7 +21,6 @@ redoes the shard.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -56,17 +55,15 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard) -> dic
     workloads = D.read_workload_lines(ws)
     workers = int(cfg.jobs) or os.cpu_count() or 1
     bar = tqdm(total=len(todo), desc="collect static", unit="record")
-    with contextlib.ExitStack() as stack:
-        writers = {name: stack.enter_context(ws.writer(name, shard))
-                   for name in ("static", "static_stores", "cuda_resources")}
+    with ws.sink(shard) as write:
         for task_id, group in todo.groupby("task_id", sort=True):
             records = [(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
                        for r in group.itertuples()]
             rows = static.task_rows(workloads[int(tasks.loc[task_id, "workload_index"])],
                                     json.loads(tasks.loc[task_id, "target"]), records, cuda=cuda, nvcc=nvcc,
                                     nvcc_error=nvcc_error, workers=workers)
-            for name, writer in writers.items():
-                writer.add(rows[name])
+            for name, table_rows in rows.items():
+                write(name, table_rows)
             for r in rows["static"]:
                 counts["static_errors" if r.get("error") else "static"] += 1
             if cuda:
@@ -109,23 +106,11 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
     device = str(cfg.target.device)
     todo = ws.todo(tables[0], cands, shard=shard, force=bool(cfg.force), device=device, clears=tables[1:])
     jobs, errors, waiting = profiler_jobs(ws, todo)
-    writers = {}
-
-    def write(table, rows, schema=None):
-        if schema is not None:  # a part of its own (its columns are this part's)
-            with ws.writer(table, shard, device, schema=schema) as part:
-                part.add(rows)
-            return
-        if table.name not in writers:
-            writers[table.name] = ws.writer(table, shard, device)
-        writers[table.name].add(rows)
-
     bar = tqdm(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
     try:
-        counts = profiler.profile(jobs, errors, root=ws.root, write=write, progress=bar.update)
+        with ws.sink(shard, device) as write:
+            counts = profiler.profile(jobs, errors, root=ws.root, write=write, progress=bar.update)
     finally:
-        for w in writers.values():
-            w.flush()
         bar.close()
     if waiting:
         counts[f"{profiler.name}_not_built"] = waiting
