@@ -4,6 +4,7 @@ bottom, the libraries (features/, models/) on it, the stages on top, each on its
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from conftest import ROOT
 PACKAGES = ("pipeline", "features", "models")
 
 
+@functools.lru_cache(maxsize=None)
 def modules(root: Path) -> list[tuple[Path, ast.AST]]:
     return [(f.relative_to(root), ast.parse(f.read_text(), str(f)))
             for package in PACKAGES for f in sorted((root / package).rglob("*.py"))]
