@@ -444,32 +444,44 @@ def run_child(cmd: list[str], log: Path, *, env: dict | None = None, timeout_s: 
     with open(log, "ab") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                 start_new_session=True)
-        verdict = None
-        while True:
-            rc = proc.poll()
-            if tail is not None:
-                new = tail.new()
-                if new:
-                    last, started_any = time.monotonic(), started_any or any(e.get("event") == "start" for e in new)
-                    if on_events:
-                        on_events(new)
-            if rc is not None:
-                break
-            now = time.monotonic()
-            if timeout_s is not None and now - t0 > timeout_s:
-                verdict = f"timeout: killed after {timeout_s:g} s"
-            elif kernel_timeout_s is not None and started_any and now - last > kernel_timeout_s:
-                verdict = f"timeout: no result within {kernel_timeout_s:g} s"
-            elif kernel_timeout_s is not None and not started_any and now - last > startup_s:
-                verdict = f"timeout: the runner did not start within {startup_s:g} s"
-            if verdict:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return ChildExit(None, True, verdict)
-            time.sleep(POLL_S)
+        try:
+            while True:
+                rc = proc.poll()
+                if tail is not None:
+                    new = tail.new()
+                    if new:
+                        last = time.monotonic()
+                        started_any = started_any or any(e.get("event") == "start" for e in new)
+                        if on_events:
+                            on_events(new)
+                if rc is not None:
+                    break
+                now = time.monotonic()
+                verdict = None
+                if timeout_s is not None and now - t0 > timeout_s:
+                    verdict = f"timeout: killed after {timeout_s:g} s"
+                elif kernel_timeout_s is not None and started_any and now - last > kernel_timeout_s:
+                    verdict = f"timeout: no result within {kernel_timeout_s:g} s"
+                elif kernel_timeout_s is not None and not started_any and now - last > startup_s:
+                    verdict = f"timeout: the runner did not start within {startup_s:g} s"
+                if verdict:
+                    kill_group(proc)
+                    return ChildExit(None, True, verdict)
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C or a failing callback: the child is in its own session, stop it too
+            kill_group(proc)
+            raise
     if rc in (0, EXIT_CONTEXT_LOST):
         return ChildExit(rc)
     return ChildExit(rc, False, f"crashed: runner exited with {describe_exit(rc)}")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def log_tail(log: Path, lines: int = 1) -> str:
@@ -545,12 +557,9 @@ def main(argv=None) -> int:
     p.add_argument("--timeout-s", type=float, default=30.0, help="seconds one kernel may take")
     p.add_argument("--startup-s", type=float, default=STARTUP_S, help="seconds a child may take to start")
     p.add_argument("--in-process", action="store_true", help="run the jobs in this process (no isolation)")
-    seen_opts = {}
     for inst, opts in INSTRUMENT_OPTIONS.items():
         for name, kind, default in opts:
-            if name not in seen_opts:
-                seen_opts[name] = p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
-                                                 help=f"({inst})")
+            p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{inst} (default {default})")
     args = p.parse_args(argv)
     options = {name: getattr(args, name) for name, _, _ in INSTRUMENT_OPTIONS[args.instrument]}
     with open(args.jobs) as f:
