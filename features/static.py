@@ -19,6 +19,7 @@ import pandas as pd
 from features import cuda_resources
 from pipeline.core import schema as S
 from pipeline.core.database import load_workload_mod
+from pipeline.core.harness import short_error
 from pipeline.core.targets import make_target
 from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
@@ -35,11 +36,6 @@ class StoreFeatures:
     values: np.ndarray | None  # float32 [n_stores, 164]
     error: str | None = None
     sch: object = None  # the replayed tvm.s_tir.Schedule (for build-time resources)
-
-
-def short_error(prefix: str, e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{prefix}: {type(e).__name__}: {lines[-1] if lines else ''}"[:2000]
 
 
 def schedule_from_trace(mod, trace_json: str):

@@ -309,7 +309,8 @@ def write_outcome(part: Outcome, settled_jobs: list[dict], tables: tuple[Table, 
     ks, rs = (s.with_metadata({**s.metadata, **meta}) for s in (ks, rs))
     task_of = {j["record_id"]: j["task_id"] for j in settled_jobs}
     krows = [dict(r, task_id=task_of[r["record_id"]]) for r in part.kernels]
-    rrows = [dict(r, task_id=task_of[r["record_id"]]) for r in report.aggregate(part.kernels, cols, part.string_metrics)]
+    rrows = [dict(r, task_id=task_of[r["record_id"]])
+             for r in report.aggregate(part.kernels, cols, part.string_metrics)]
     err = [dict(record_id=rid, task_id=task_of[rid], error=e) for rid, e in part.errors.items()]
     write(kernels, krows + err, ks)
     write(records, rrows + err, rs)

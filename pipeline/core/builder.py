@@ -28,6 +28,7 @@ from tvm.s_tir.meta_schedule.builder import local_builder as lb
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from pipeline.core import database as D
+from pipeline.core.harness import short_error
 from pipeline.core.tvm_compat import preload_tensor_intrin
 
 # Builds a worker process serves before it is replaced (the worker memory growth that
@@ -64,8 +65,7 @@ def build_record(job: dict) -> dict:
         os.replace(tmp, out)
         row.update(build_s=time.perf_counter() - t0, artifact=job["artifact"])
     except Exception as e:  # noqa: BLE001 - a candidate that fails to build is an error row
-        msg = str(e).strip().splitlines()
-        row.update(build_s=time.perf_counter() - t0, error=f"build: {type(e).__name__}: {msg[-1] if msg else ''}"[:2000])
+        row.update(build_s=time.perf_counter() - t0, error=short_error("build", e))
     return row
 
 

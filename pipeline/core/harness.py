@@ -297,7 +297,8 @@ class PerfCounter:
     """`perf stat -p <this process>` started with counting off (-D -1), driven through its control FIFO."""
 
     def __init__(self, perf: str, events: list[str], workdir: str, timeout_s: float = 30.0):
-        self.ctl_path, self.ack_path, self.out = (os.path.join(workdir, n) for n in ("ctl.fifo", "ack.fifo", "perf.csv"))
+        self.ctl_path, self.ack_path, self.out = (os.path.join(workdir, n)
+                                                  for n in ("ctl.fifo", "ack.fifo", "perf.csv"))
         for p in (self.ctl_path, self.ack_path):
             os.mkfifo(p)
         self.proc = subprocess.Popen(
@@ -548,7 +549,8 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", required=True, help="jobs.jsonl")
     p.add_argument("--out", required=True, help="events.jsonl (appended; resumed)")
     p.add_argument("--root", default=".", help="folder that artifact and reference paths are relative to")
@@ -559,7 +561,8 @@ def main(argv=None) -> int:
     p.add_argument("--in-process", action="store_true", help="run the jobs in this process (no isolation)")
     for inst, opts in INSTRUMENT_OPTIONS.items():
         for name, kind, default in opts:
-            p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{inst} (default {default})")
+            p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
+                           help=f"{inst} (default {default})")
     args = p.parse_args(argv)
     options = {name: getattr(args, name) for name, _, _ in INSTRUMENT_OPTIONS[args.instrument]}
     with open(args.jobs) as f:
