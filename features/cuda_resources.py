@@ -37,6 +37,7 @@ def find_nvcc(executable: str = "nvcc") -> str:
 
 def device_kernels(mod, target) -> list[tuple[str, object, tuple]]:
     """(kernel name, lowered device PrimFunc, (device target, device IRModule)) per kernel."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm.tirx.build import split_host_device_mods
 
@@ -57,6 +58,7 @@ def launch_config(func) -> dict:
     """grid_*/block_* of a lowered device kernel from its thread_extent bindings.
 
     An extent that is not a constant (dynamic shapes) is left null."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     import tvm_ffi
 
@@ -148,6 +150,7 @@ def ptxas_resources(source: str, arch: str, nvcc: str, timeout_s: float = 300.0)
 
 def record_rows(record_id: str, task_id: str, sch_mod, target, nvcc: str, timeout_s: float = 300.0) -> list[dict]:
     """One row per device kernel of a scheduled workload (raises on a lowering/compile error)."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.tirx.build import codegen_build
 
     kernels = device_kernels(sch_mod, target)

@@ -10,11 +10,19 @@ program-level aggregate (sum/mean/max over stores) serves record-level models.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from features import cuda_resources
 from pipeline.core import schema as S
+from pipeline.core.database import load_workload_mod
+from pipeline.core.harness import short_error
+from pipeline.core.targets import make_target
+from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.core.workspace import Workspace
 
 N_FEATURES = len(S.PER_STORE_FEATURE_NAMES)
 
@@ -30,13 +38,9 @@ class StoreFeatures:
     sch: object = None  # the replayed tvm.s_tir.Schedule (for build-time resources)
 
 
-def short_error(prefix: str, e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{prefix}: {type(e).__name__}: {lines[-1] if lines else ''}"[:2000]
-
-
 def schedule_from_trace(mod, trace_json: str):
     """A Schedule of `mod` with the record's trace replayed (postprocessors included)."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
@@ -51,13 +55,14 @@ def extract(mod, target, records: list[tuple[str, str, str]], extractor=None) ->
     One `extract_from` call per task (MetaSchedule parallelises it over candidates); a
     record whose trace does not replay gets an error and does not stop the others.
     """
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     extractor = extractor or ms.feature_extractor.PerStoreFeature()
     if int(extractor.feature_vector_length) != N_FEATURES:
         raise ValueError(f"PerStoreFeature gives {extractor.feature_vector_length} values per store; "
-                         f"features/schema.py names {N_FEATURES}: update PER_STORE_FEATURE_NAMES")
+                         f"pipeline/core/schema.py names {N_FEATURES}: update PER_STORE_FEATURE_NAMES")
     args_info = ArgInfo.from_prim_func(mod["main"])
     out: list[StoreFeatures] = []
     cands, slots = [], []
@@ -113,12 +118,51 @@ def program_row(f: StoreFeatures, cuda_summary: dict | None = None) -> dict:
     return row
 
 
-def load(ws) -> tuple["pd.DataFrame", "pd.DataFrame"]:  # noqa: F821
-    """(program table, per-store table) of a workspace, error rows left out."""
-    from pipeline.core.workspace import read_table
+def task_rows(workload: list, target: dict, records: list[tuple[str, str, str | None, str | None]], *,
+              cuda: bool = False, nvcc: str | None = None, nvcc_error: str | None = None,
+              workers: int = 1) -> dict[str, list[dict]]:
+    """Rows of one task's records for the tables `static`, `static_stores` and, with `cuda`,
+    `cuda_resources` (ptxas with `nvcc`, or `nvcc_error` as every record's reason when it is
+    missing): the collect stage's per-task work, on plain data (the task's
+    database_workload.json line, its target as a dict, and per record: record_id, task_id,
+    trace_json or None, the candidate's error)."""
+    out: dict[str, list[dict]] = {"static": [], "static_stores": [], "cuda_resources": []}
+    good = []
+    for rid, tid, trace, error in records:
+        if trace is None:
+            out["static"].append(dict(record_id=rid, task_id=tid, error=f"candidate: {error or 'no trace'}"))
+        else:
+            good.append((rid, tid, trace))
+    if not good:
+        return out
+    mod, target = load_workload_mod(workload), make_target(target)
+    feats = extract(mod, target, good)
+    summaries: dict[str, dict] = {}
+    if cuda:
+        def resources(f: StoreFeatures) -> list[dict]:
+            if f.sch is None:
+                return []
+            if nvcc is None:
+                return [dict(record_id=f.record_id, task_id=f.task_id, error=nvcc_error)]
+            try:
+                return cuda_resources.record_rows(f.record_id, f.task_id, f.sch.mod, target, nvcc)
+            except Exception as e:  # noqa: BLE001 - one record's failure is its row
+                return [dict(record_id=f.record_id, task_id=f.task_id, error=short_error("cuda resources", e))]
 
-    program = read_table(ws.features / "static", S.STATIC)
-    stores = read_table(ws.features / "static_stores", S.STATIC_STORES)
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for f, krows in zip(feats, pool.map(resources, feats)):
+                out["cuda_resources"] += krows
+                summaries[f.record_id] = cuda_resources.summary(krows)
+    for f in feats:
+        out["static_stores"] += store_rows(f)
+        out["static"].append(program_row(f, summaries.get(f.record_id)))
+    return out
+
+
+def load(ws: Workspace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(program table, per-store table) of a workspace, error rows left out."""
+    program = ws.read("static")
+    stores = ws.read("static_stores")
     program = program[program["error"].isna()].drop(columns=["error"]).drop_duplicates("record_id", keep="last")
     stores = stores.drop_duplicates(["record_id", "store_index"], keep="last")
     return program.reset_index(drop=True), stores.sort_values(["record_id", "store_index"]).reset_index(drop=True)
@@ -126,7 +170,5 @@ def load(ws) -> tuple["pd.DataFrame", "pd.DataFrame"]:  # noqa: F821
 
 def preload_tensor_intrinsics() -> None:
     """Import MetaSchedule's tensor intrinsics once per process, fast (the first TuneContext
-    otherwise spends minutes in `inspect.stack()`; see pipeline/tvm_compat.py)."""
-    from pipeline.core.tvm_compat import preload_tensor_intrin
-
+    otherwise spends minutes in `inspect.stack()`; see pipeline/core/tvm_compat.py)."""
     preload_tensor_intrin()

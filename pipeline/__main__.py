@@ -9,7 +9,6 @@ import time
 import hydra
 from omegaconf import DictConfig
 
-from pipeline import stages
 from pipeline.core.errors import PipelineError
 from pipeline.summary import print_summary
 
@@ -18,20 +17,23 @@ log = logging.getLogger("pipeline")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
+    # The stage registry imports every stage and its libraries (seconds): loaded once a
+    # stage is to run, so that `--help` and config errors answer at once.
+    from pipeline import stages
+
     name = str(cfg.stage)
     try:
         names = stages.stages_for_all(cfg) if name == "all" else [name]
-        for n in names:
-            stages.get(n)
+        runs = [stages.run_of(n) for n in names]
     except ValueError as e:
         log.error("%s", e)
         sys.exit(2)
     t0 = time.time()
     results = {}
     try:
-        for n in names:
+        for n, run in zip(names, runs):
             log.info("stage=%s workspace=%s", n, cfg.workspace)
-            results[n] = stages.get(n).run(cfg) or {}
+            results[n] = run(cfg) or {}
     except PipelineError as e:
         log.error("%s", e)
         sys.exit(2)

@@ -1,7 +1,7 @@
 """Reference results: the unscheduled workload, built for the host CPU, on fixed inputs.
 
-Saved per task as `references/<task_id>.npz`: the seed of the inputs (the runner draws
-the same arrays) and, for each argument after the call, its values at up to `sample`
+Saved per task as `references/<task_id>.npz`: the seed of the inputs (the kernel
+harness draws the same arrays) and, for each argument after the call, its values at up to `sample`
 fixed positions (`idx<i>`, `out<i>`). A runner on any device can check a kernel without
 TVM's compiler, and a reference stays a few KB however large the tensors are.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.runner.kernel_runner import random_array
+from pipeline.core.harness import seeded_inputs
 
 
 def sample_positions(size: int, sample: int, rng) -> np.ndarray:
@@ -20,11 +20,11 @@ def sample_positions(size: int, sample: int, rng) -> np.ndarray:
 
 
 def make_reference(mod, args: list, path: Path, seed: int = 0, sample: int = 4096) -> Path:
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     lib = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
-    rng = np.random.default_rng(seed)
-    host = [random_array(np, d, s, rng) for d, s in args]
+    host = seeded_inputs(args, seed)  # what the harness draws for a job with this reference
     dev = tvm.cpu(0)
     arrs = [tvm.runtime.tensor(a, dev) for a in host]
     lib["main"](*arrs)

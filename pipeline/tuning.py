@@ -1,18 +1,9 @@
-"""Tuning with MetaSchedule: a persistent builder, a trial recorder, the comparison loop.
+"""Tuning with MetaSchedule: a trial recorder, the comparison loop.
 
 What is tuned is a `TirTask` (tune_tir) or a `Network` (tune_relax, then timed end to end);
-`compare` tunes each with every cost model and seed, on one shared builder and runner, and
-returns the trial, run and end-to-end tables (models/tuning_report.py turns them into the
-report).
-
-Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
-every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
-parsing of every tensor intrinsic: 30-100 s here, see pipeline/tvm_compat.py), which costs
-more than the builds of a 16-trial batch. `PersistentBuilder` runs the same build and
-export functions (LocalBuilder's `default_build` / `default_export`) in worker processes
-that live as long as the builder and import the intrinsics once, the fast way; a build
-that times out or crashes its worker becomes an error result and the worker is replaced.
-Every cost model of a comparison uses the same builder and runner.
+`compare` tunes each with every cost model and seed, on one shared builder
+(`PersistentBuilder`, pipeline/core/builder.py) and runner, and returns the trial, run and
+end-to-end tables (models/tuning_report.py turns them into the report).
 """
 
 from __future__ import annotations
@@ -29,69 +20,12 @@ from tqdm import tqdm
 from tvm import relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
-from tvm.s_tir.meta_schedule.builder import PyBuilder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from pipeline.core.builder import PersistentBuilder  # noqa: F401 - stage=tune builds with it
 from pipeline.core.tvm_compat import preload_tensor_intrin
 
 log = logging.getLogger(__name__)
-
-
-def _worker_init() -> None:
-    from pipeline.core.tvm_compat import preload_tensor_intrin
-
-    preload_tensor_intrin()  # what default_build imports, once per worker and fast
-
-
-def _build(mod, target, params) -> str:
-    from tvm.s_tir.meta_schedule.builder import local_builder as lb
-
-    return lb.default_export(lb.default_build(mod, target, lb._deserialize_params(params)))
-
-
-@derived_object
-class PersistentBuilder(PyBuilder):
-    """LocalBuilder's build and export in long-lived worker processes (see the module docstring).
-
-    The pool is TVM's PopenPoolExecutor (clean `python -m tvm.exec.popen_worker` processes,
-    per-build timeout, a crashed worker is replaced), recycled every `recycle_after` builds
-    because of the worker memory growth that makes LocalBuilder restart it every batch."""
-
-    def __init__(self, max_workers: int = 2, timeout_sec: float = 60.0, recycle_after: int = 1024):
-        super().__init__()
-        self.max_workers = max(1, int(max_workers))
-        self.timeout_sec = float(timeout_sec)
-        self.recycle_after = int(recycle_after)
-        self.pool = None
-        self.built = 0
-
-    def build(self, build_inputs):
-        from tvm.s_tir.meta_schedule.builder import BuilderResult
-        from tvm.s_tir.meta_schedule.builder import local_builder as lb
-        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
-
-        if self.pool is not None and self.built >= self.recycle_after:
-            self.close()
-        if self.pool is None:
-            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
-                                          initializer=_worker_init)
-            self.built = 0
-        args = [(b.mod, b.target, lb._serialize_params(b.params)) for b in build_inputs]
-        out = []
-        for r in self.pool.map_with_error_catching(lambda x: _build(*x), args):
-            if r.status == StatusKind.COMPLETE:
-                out.append(BuilderResult(r.value, None))
-            elif r.status == StatusKind.TIMEOUT:
-                out.append(BuilderResult(None, f"PersistentBuilder: timeout, killed after {self.timeout_sec:.0f} s"))
-            else:
-                out.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{r.value}"))
-        self.built += len(args)
-        return out
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
-            self.pool = None
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from features.ncu import command, harness, metrics, profile, report
+from features.ncu import command, metrics, profile, report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ncu"
 REPORTS = sorted(FIXTURES.glob("*.ncu-rep")) if FIXTURES.exists() else []
@@ -88,7 +88,7 @@ def test_settle_isolates_crash_hang_and_lost_reports():
     # b raised in the harness: an error row, the others go on.
     acc, err, retry = profile.settle(batch, batch, {k: None for k in batch} | {"b": "TVMError: x"},
                                      {"a", "c", "d"}, True, None, {})
-    assert acc == ["a", "c", "d"] and err == {"b": "run under ncu: TVMError: x"} and retry == []
+    assert acc == ["a", "c", "d"] and err == {"b": "under ncu: TVMError: x"} and retry == []
     # A hang: ncu was killed, no report: the kernels that finished run again once, the
     # one that hung is an error.
     tries: dict = {}
@@ -111,42 +111,31 @@ def test_errors_that_no_retry_fixes():
     assert profile.unknown_metrics(text, ["sm__nope.sum", "gpu__time_duration.sum", "sm__nope"]) == ["sm__nope.sum"]
 
 
-def test_harness_inputs_match_the_measure_runner():
-    from pipeline.runner import kernel_runner
-
-    for dtype, shape in (("float32", [3, 4]), ("int32", [5]), ("bool", [2, 2]), ("float16", [7])):
-        a = harness.random_array(np, dtype, shape, np.random.default_rng(0))
-        b = kernel_runner.random_array(np, dtype, shape, np.random.default_rng(0))
-        assert a.dtype == b.dtype and np.array_equal(a, b)
-
-
 def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path):
-    """The harness itself, for real, on llvm kernels (NVTX ranges are no-ops without a profiler)."""
+    """The command that ncu runs, for real without ncu, on llvm kernels (NVTX ranges are
+    no-ops without a profiler): events in the file that `settle` reads."""
     from pipeline.config import compose
-    from pipeline.core.workspace import Workspace, read_table
-    from pipeline.core import schema as S
+    from pipeline.core.workspace import Workspace
 
     root, over = measured_workspace
     ws = Workspace.from_cfg(compose(over))
-    kernels = read_table(ws.kernels, S.KERNELS)
+    kernels = ws.read("kernels")
     kernels = kernels[kernels["error"].isna()].head(2)
-    tasks = read_table(ws.tasks).set_index("task_id")
+    tasks = ws.read("tasks").set_index("task_id")
     jobs = [{"record_id": r.record_id, "artifact": r.artifact, "args": json.loads(tasks.loc[r.task_id, "args_json"])}
             for r in kernels.itertuples()]
     jobs.insert(1, {"record_id": "missing", "artifact": "lib/missing.so", "args": []})
-    manifest, progress = tmp_path / "m.json", tmp_path / "p.jsonl"
-    manifest.write_text(json.dumps({"domain": command.NVTX_DOMAIN, "warmup": 1, "kernels": jobs}))
-    proc = subprocess.run([sys.executable, str(profile.HARNESS), "--manifest", str(manifest), "--progress",
-                           str(progress), "--root", str(ws.root), "--device", "cpu"],
-                          capture_output=True, text=True, timeout=300)
+    jobs_file, progress = tmp_path / "jobs.jsonl", tmp_path / "p.jsonl"
+    jobs_file.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    cmd = profile.harness_command(sys.executable, jobs_file, progress, ws.root, profile.Options(device="cpu"))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     started, done = profile.read_progress(progress)
     assert started == [j["record_id"] for j in jobs]
     assert done[jobs[0]["record_id"]] is None and done[jobs[2]["record_id"]] is None
     assert "missing.so" in done["missing"]
     # A second run resumes: nothing left to do.
-    proc = subprocess.run([sys.executable, str(profile.HARNESS), "--manifest", str(manifest), "--progress",
-                           str(progress), "--root", str(ws.root), "--device", "cpu"], capture_output=True, timeout=300)
+    proc = subprocess.run(cmd, capture_output=True, timeout=300)
     assert proc.returncode == 0 and profile.read_progress(progress)[0] == started
 
 
@@ -190,8 +179,7 @@ def test_ncu_tables_written_from_an_outcome(tmp_path):
     """What the collect stage writes for one invocation's outcome (rows as the parser gives them)."""
     import pyarrow.parquet as pq
 
-    from pipeline.stages.collect import write_ncu_part
-    from pipeline.core.workspace import read_table
+    from pipeline.core.workspace import Workspace, read_table
 
     cols = list(metrics.DEFAULT_METRICS)
     kernels = [dict({c: 1.0 for c in cols}, record_id="r1", kernel_index=i, kernel_name=f"main_kernel_{i}")
@@ -200,8 +188,12 @@ def test_ncu_tables_written_from_an_outcome(tmp_path):
                            units={metrics.TIME_METRIC: "nsecond"},
                            dropped_metrics={"sm__maximum_warps_per_active_cycle_pct": "unknown on this device"})
     jobs = [{"record_id": "r1", "task_id": "t"}, {"record_id": "r2", "task_id": "t"}]
-    rec, ker = tmp_path / "ncu" / "device=h100", tmp_path / "ncu_kernels" / "device=h100"
-    assert write_ncu_part(part, jobs, "ncu", cols, rec, ker, 0) == (1, 1)
+    ws = Workspace(tmp_path)
+    tables = profile.NcuProfiler(profile.Options(), tmp_path / "reports").tables()
+    with ws.sink(0, "h100") as write:
+        assert profile.write_outcome(part, jobs, tables, cols, write) == (1, 1)
+    rec, ker = ws.path("ncu", "h100"), ws.path("ncu_kernels", "h100")
+    assert rec == tmp_path / "features" / "ncu" / "device=h100"
     per_record = read_table(rec, metrics.NCU).set_index("record_id")
     assert per_record.loc["r1", "n_kernels"] == 2 and per_record.loc["r1", metrics.TIME_METRIC] == 2.0
     assert per_record.loc["r1", "sm__throughput.avg.pct_of_peak_sustained_elapsed"] == 1.0

@@ -220,15 +220,17 @@ def test_collect_tables_from_real_report_rows(public, tmp_path):
     """What the collect stage writes from a real report's rows (read with the report's own
     domain, so that its launches have record ids): ncu's units, extra row keys dropped."""
     from features.ncu import profile
-    from pipeline.core.workspace import read_table
-    from pipeline.stages.collect import write_ncu_part
+    from pipeline.core.catalog import ncu_tables
+    from pipeline.core.workspace import Workspace, read_table
 
     cols = list(metrics.DEFAULT_METRICS)
     rep = report.read(public / RTX, report.DEFAULT_DOMAIN, cols)
     part = profile.Outcome(kernels=[r for r in rep.rows if r["record_id"]], errors={}, units=rep.units)
     jobs = [{"record_id": r["record_id"], "task_id": "t"} for r in rep.rows]
-    rec, ker = tmp_path / "ncu" / "device=rtx3070", tmp_path / "ncu_kernels" / "device=rtx3070"
-    assert write_ncu_part(part, jobs, "ncu", cols, rec, ker, 0) == (3, 0)
+    ws = Workspace(tmp_path)
+    with ws.sink(0, "rtx3070") as write:
+        assert profile.write_outcome(part, jobs, ncu_tables(), cols, write) == (3, 0)
+    rec, ker = ws.path("ncu", "rtx3070"), ws.path("ncu_kernels", "rtx3070")
     per_record = read_table(rec, metrics.NCU).set_index("record_id")
     assert per_record.loc["daxpy", metrics.TIME_METRIC] == rep.rows[1][metrics.TIME_METRIC]
     assert per_record.loc["daxpy", "kernel_names"] == "daxpy_kernel"

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
 
 import pandas as pd
 
@@ -82,7 +87,7 @@ def test_corrupted_database_line_is_reported_and_the_rest_kept(measured_workspac
 
 
 def test_failing_build_becomes_an_error_row(measured_workspace):
-    from pipeline.stages.replay import build_one
+    from pipeline.core.builder import build_record
 
     root, overrides = measured_workspace
     ws = Workspace(root)
@@ -90,25 +95,27 @@ def test_failing_build_becomes_an_error_row(measured_workspace):
     cands = read_table(root / "candidates", S.CANDIDATES)
     trace = json.loads(cands["trace_json"].dropna().iloc[0])
     trace[0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]  # names a block that does not exist
-    row = build_one(dict(record_id="r", task_id="t", trace=trace, workload=wl,
+    row = build_record(dict(record_id="r", task_id="t", trace=trace, workload=wl,
                          target={"kind": "llvm"}, artifact="lib/r.so", artifact_abs=str(root / "lib" / "r.so")))
     assert row["error"].startswith("build: ") and row.get("artifact") is None
 
 
 def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
-    from pipeline.stages.replay import build_all
+    from pipeline.core.builder import PersistentBuilder
 
     root, _ = measured_workspace
     ws = Workspace(root)
     wl = D.read_workload_lines(ws)[0]
-    traces = read_table(root / "candidates", S.CANDIDATES)["trace_json"].dropna().iloc[:2]
+    traces = read_table(root / "candidates", S.CANDIDATES)["trace_json"].dropna().iloc[:1]
     jobs = [dict(record_id=f"r{i}", task_id="t", trace=json.loads(t), workload=wl, target={"kind": "llvm"},
                  artifact=f"lib/r{i}.so", artifact_abs=str(root / "lib" / f"timeout-r{i}.so"))
             for i, t in enumerate(traces)]
-    rows = []
-    build_all(jobs, 1, rows.extend, timeout_s=0.0, startup_s=0.0)
-    assert sorted(r["record_id"] for r in rows) == ["r0", "r1"]
-    assert all(r["error"] == "build: timeout: not built within 0 s" for r in rows)
+    builder = PersistentBuilder(max_workers=1, timeout_sec=0.0, preload_intrinsics=False)
+    try:
+        rows = [r for batch in builder.build_records(jobs) for r in batch]
+    finally:
+        builder.close()
+    assert rows == [dict(record_id="r0", task_id="t", error="build: timeout: not built within 0 s")]
 
 
 def test_both_strategies_draw_distinct_records(tmp_path):
@@ -124,3 +131,27 @@ def test_both_strategies_draw_distinct_records(tmp_path):
     assert not bad and len(lines) == len(cands) == out["new"]
     assert {r.record_id(cands["task_id"].iloc[0]) for r in lines} == set(cands["record_id"])
     assert run_stage("sample", over)["new"] == 0
+
+
+def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_path):
+    """measure.mode=export, the bundle's RUN.txt run from the unpacked bundle alone, then mode=import."""
+    root, overrides = measured_workspace
+    data = tmp_path / "data"
+    shutil.copytree(root, data / root.name, ignore=shutil.ignore_patterns("measurements", "runner", "features"))
+    over = [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}",
+                                                                          "measure.bundle_runtime=false"]
+    out = run_stage("measure", [*over, "measure.mode=export"])
+    built = read_table(data / root.name / "kernels", S.KERNELS).dropna(subset=["artifact"])
+    assert out["exported"] == len(built)
+    with tarfile.open(out["bundle"]) as tar:
+        tar.extractall(tmp_path / "host", filter="data")
+    bundle = tmp_path / "host" / "bundle-0"
+    assert sorted(p.name for p in bundle.iterdir()) == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "references"]
+    cmd = (bundle / "RUN.txt").read_text().replace("python3", sys.executable)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the project on the path
+    run = subprocess.run(["sh", "-c", cmd], cwd=bundle, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    back = run_stage("measure", [*over, "measure.mode=import", f"measure.results={bundle / 'results.jsonl'}"])
+    assert back["measured"] == len(built) and back["checked"] >= 3 and back["incorrect"] == 0
+    meas = read_table(data / root.name / "measurements", S.MEASUREMENTS)
+    assert set(meas["record_id"]) == set(read_table(data / root.name / "kernels", S.KERNELS)["record_id"])

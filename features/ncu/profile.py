@@ -1,31 +1,40 @@
 """Profile kernels with Nsight Compute: one ncu process per batch, with isolation.
 
-A batch of kernels runs in one harness process under one ncu invocation (loading TVM
-and starting ncu once per batch instead of once per kernel). The harness logs a start
-and a done line per kernel; when the process crashes, hangs (killed after the timeout)
-or fails a kernel, the kernel with a start and no done (or with an error) becomes an
-error row and a fresh invocation goes on with the kernels that remain, so one bad
-kernel costs one retry, not the batch. A missing ncu or missing permission to read the
-GPU counters stops everything with a message that says what to install or set.
+A batch of kernels runs in one process of the kernel harness (pipeline/core/harness.py,
+`--in-process --instrument nvtx`: each kernel's profiled call inside an NVTX range named
+by its record) under one ncu invocation, loading TVM and starting ncu once per batch
+instead of once per kernel. The harness logs a start and a done line per kernel; when the
+process crashes, hangs (killed after the timeout) or fails a kernel, the kernel with a
+start and no done (or with an error) becomes an error row and a fresh invocation goes on
+with the kernels that remain, so one bad kernel costs one retry, not the batch. A missing
+ncu or missing permission to read the GPU counters stops everything with a message that
+says what to install or set.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from features.ncu import command, report
-from features.ncu.harness import EXIT_UNUSABLE
+from omegaconf import OmegaConf
 
-HARNESS = Path(__file__).with_name("harness.py")
+from features.ncu import command, report
+from features.ncu import metrics as M
+from pipeline.core import harness
+from pipeline.core import schema as S
+from pipeline.core.catalog import Table, ncu_tables
+from pipeline.core.errors import PipelineError
+from pipeline.core.harness import EXIT_UNUSABLE
+
+log = logging.getLogger(__name__)
 
 
 class NcuError(RuntimeError):
@@ -94,19 +103,10 @@ class Outcome:
 
 
 def read_progress(path: Path) -> tuple[list[str], dict[str, str | None]]:
-    """(record ids started, record id -> error or None for those done)."""
-    started, done = [], {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash
-            if ev.get("event") == "start":
-                started.append(ev["record_id"])
-            elif ev.get("event") == "done":
-                done[ev["record_id"]] = ev.get("error")
-    return started, done
+    """(record ids started, record id -> error or None for those done) of a harness events file."""
+    events = harness.read_events(path)
+    started = [ev["record_id"] for ev in events if ev.get("event") == "start"]
+    return started, {ev["record_id"]: ev.get("error") for ev in events if ev.get("event") == "done"}
 
 
 def settle(batch: list[str], started: list[str], done: dict[str, str | None], profiled: set[str],
@@ -119,7 +119,7 @@ def settle(batch: list[str], started: list[str], done: dict[str, str | None], pr
     for rid in batch:
         if rid in done:
             if done[rid]:
-                errors[rid] = f"run under ncu: {done[rid]}"
+                errors[rid] = f"under ncu: {done[rid]}"
             elif rid in profiled:
                 accepted.append(rid)
             elif not report_written and tries.get(rid, 0) + 1 < max_tries:
@@ -135,28 +135,19 @@ def settle(batch: list[str], started: list[str], done: dict[str, str | None], pr
     return accepted, errors, retry
 
 
-def _run(cmd: list[str], timeout_s: float, env: dict) -> tuple[int | None, str, bool]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        return proc.returncode, out.decode(errors="replace"), False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        return None, out.decode(errors="replace"), True
-
-
 def describe_exit(rc: int | None, timed_out: bool, timeout_s: float) -> str | None:
     if timed_out:
         return f"timeout: ncu and the harness were killed after {timeout_s:g} s"
     if rc == 0:
         return None
-    if rc is not None and rc < 0:
-        try:
-            return f"crashed: signal {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"crashed: signal {-rc}"
-    return f"crashed: exit code {rc}"
+    return f"crashed: {harness.describe_exit(rc)}"
+
+
+def harness_command(python: str, jobs_file: Path, progress: Path, root: Path, opts: Options) -> list[str]:
+    """The kernel harness in this process under ncu: NVTX instrument, one event line per start and done."""
+    return [python, str(harness.HARNESS), "--in-process", "--jobs", str(jobs_file), "--out", str(progress),
+            "--root", str(root), "--device", opts.device, "--instrument", "nvtx", "--domain", opts.domain,
+            "--warmup", str(opts.warmup)]
 
 
 def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, python: str = sys.executable,
@@ -176,17 +167,17 @@ def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, pytho
     while pending:
         batch, pending = pending[: max(1, opts.batch_size)], pending[max(1, opts.batch_size):]
         name = f"{tag}-{uuid.uuid4().hex[:10]}"
-        manifest, progress = report_dir / f"{name}.json", report_dir / f"{name}.progress.jsonl"
-        rep = report_dir / f"{name}.ncu-rep"
-        manifest.write_text(json.dumps({"domain": opts.domain, "warmup": opts.warmup,
-                                        "kernels": [{k: by_id[r][k] for k in ("record_id", "artifact", "args")}
-                                                    for r in batch]}))
-        harness = [python, str(HARNESS), "--manifest", str(manifest), "--progress", str(progress),
-                   "--root", str(root), "--device", opts.device]
-        cmd = command.build_command(harness, str(rep), ncu=ncu, metrics=metrics, section_set=opts.section_set,
+        jobs_file, progress = report_dir / f"{name}.jobs.jsonl", report_dir / f"{name}.progress.jsonl"
+        rep, log_file = report_dir / f"{name}.ncu-rep", report_dir / f"{name}.log"
+        jobs_file.write_text("".join(json.dumps({k: by_id[r][k] for k in ("record_id", "artifact", "args")}) + "\n"
+                                     for r in batch))
+        target = harness_command(python, jobs_file, progress, root, opts)
+        cmd = command.build_command(target, str(rep), ncu=ncu, metrics=metrics, section_set=opts.section_set,
                                     clock_control=opts.clock_control, cache_control=opts.cache_control,
                                     replay_mode=opts.replay_mode, domain=opts.domain, extra_args=opts.extra_args)
-        rc, text, timed_out = _run(cmd, opts.timeout_s, env)
+        child = harness.run_child(cmd, log_file, env=env, timeout_s=opts.timeout_s)
+        rc, timed_out = child.rc, child.timed_out
+        text = log_file.read_text(errors="replace") if log_file.exists() else ""
         out.invocations += 1
         check_output(text)
         started, done = read_progress(progress)
@@ -240,3 +231,87 @@ def gpu_present() -> bool:
     return os.path.exists("/dev/nvidiactl") or bool(shutil.which("nvidia-smi") and
                                                      subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0)
 
+
+
+class NcuProfiler:
+    """collect.profiler=ncu: Nsight Compute features of built kernels, written per invocation
+    to the per-record and per-kernel tables (`features/ncu*/device=<d>/`)."""
+
+    name = "ncu"
+
+    def __init__(self, options: Options, report_dir: Path, section_set: str | None = None, tag: str = "batch",
+                 target_name: str = "h100"):
+        self.options, self.report_dir, self.section_set = options, Path(report_dir), section_set
+        self.tag, self.target_name = tag, target_name
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "NcuProfiler":
+        n = cfg.collect.ncu
+        section_set = str(n.set) if n.get("set") else None
+        metrics = None if section_set else M.resolve(OmegaConf.to_object(n.metrics) if OmegaConf.is_config(n.metrics)
+                                                    else n.metrics)
+        opts = Options(ncu=str(n.executable), metrics=metrics, section_set=section_set,
+                       clock_control=str(n.clock_control), cache_control=str(n.cache_control),
+                       replay_mode=str(n.replay_mode), batch_size=int(n.batch_size), timeout_s=float(n.timeout_s),
+                       warmup=int(n.warmup), extra_args=[str(a) for a in n.extra_args])
+        report_dir = (Path(cfg.paths.ncu_profiles).expanduser().resolve() / str(cfg.workspace)
+                      / f"device={cfg.target.device}")
+        return cls(opts, report_dir, section_set, f"shard{int(cfg.shard.index)}", str(cfg.target.name))
+
+    def tables(self) -> tuple[Table, Table]:
+        return ncu_tables(self.section_set)
+
+    def profile(self, jobs: list[dict], errors: list[dict], *, root, write, progress=None) -> dict:
+        """Profile `jobs` (record_id, task_id, artifact, args); `write(table, rows, schema)` gets
+        each invocation's rows, `errors` (rows of records that cannot run) first."""
+        counts = {"ncu": 0, "ncu_errors": 0}
+        if not gpu_present():
+            log.warning("no NVIDIA GPU on this machine: Nsight Compute features are not collected. Run "
+                        "`python -m pipeline stage=collect target=%s` on the GPU host (collect.static=false "
+                        "skips what is already here), or set collect.profiler=none.", self.target_name)
+            counts["ncu_skipped_no_gpu"] = len(jobs)
+            return counts
+
+        def settled(part: Outcome, settled_jobs: list[dict]) -> None:
+            ok, bad = write_outcome(part, settled_jobs, self.tables(), self.options.metrics, write)
+            counts["ncu"] += ok
+            counts["ncu_errors"] += bad
+            if progress:
+                progress(len(settled_jobs))
+
+        if errors:
+            settled(Outcome(kernels=[], errors={e["record_id"]: e["error"] for e in errors}), errors)
+        if jobs:
+            try:
+                outcome = profile(jobs, root, self.report_dir, self.options, on_batch=settled, tag=self.tag)
+            except NcuError as e:
+                raise PipelineError(f"stage=collect: {e}") from e
+            counts["ncu_invocations"] = outcome.invocations
+            if outcome.dropped_metrics:
+                log.warning("metrics unknown to ncu on this device (null columns): %s", sorted(outcome.dropped_metrics))
+        return counts
+
+
+def write_outcome(part: Outcome, settled_jobs: list[dict], tables: tuple[Table, Table], metrics: list[str] | None,
+                  write) -> tuple[int, int]:
+    """Write one profiling outcome with `write(table, rows, schema)`: kernel rows, per-record
+    aggregates, error rows in both; returns (records profiled, records failed).
+
+    Columns: the requested metric list, or (for a section set) every metric of the reports
+    so far. ncu's units and the reasons for metrics left null go into the file metadata
+    (`pipeline.units`, `pipeline.null_reasons`, JSON)."""
+    records, kernels = tables
+    cols = list(metrics) if metrics else list(part.metrics)
+    meta = {b"pipeline.units": json.dumps(part.units).encode(),
+            b"pipeline.null_reasons": json.dumps(part.dropped_metrics).encode()}
+    ks, rs = (S.ncu_schema(t.name, cols, frozenset(part.string_metrics), per_kernel)
+              for t, per_kernel in ((kernels, True), (records, False)))
+    ks, rs = (s.with_metadata({**s.metadata, **meta}) for s in (ks, rs))
+    task_of = {j["record_id"]: j["task_id"] for j in settled_jobs}
+    krows = [dict(r, task_id=task_of[r["record_id"]]) for r in part.kernels]
+    rrows = [dict(r, task_id=task_of[r["record_id"]])
+             for r in report.aggregate(part.kernels, cols, part.string_metrics)]
+    err = [dict(record_id=rid, task_id=task_of[rid], error=e) for rid, e in part.errors.items()]
+    write(kernels, krows + err, ks)
+    write(records, rrows + err, rs)
+    return len(rrows), len(err)

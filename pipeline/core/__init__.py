@@ -1,2 +1,4 @@
-"""The data layer: workspaces and their tables, schemas, the MetaSchedule database,
-identities, targets and TVM shims. It imports nothing from features, models or stages."""
+"""The data layer: workspaces and their table catalog, schemas, the MetaSchedule database,
+identities, targets, TVM shims, sharding, the kernel harness and the builder, and the
+registry helper that chooses a component by kind. It imports nothing from features,
+models or stages."""

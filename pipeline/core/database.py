@@ -106,6 +106,7 @@ def rewrite_records(path: Path, records: list[RecordLine]) -> None:
 
 def load_workload_mod(workload_line: list):
     """IRModule of one workload line (TVM imported lazily: workers call this)."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
     return ms.database.Workload.from_json(workload_line).mod
@@ -113,6 +114,7 @@ def load_workload_mod(workload_line: list):
 
 def load_trace(workload_line: list, record: list):
     """A Trace object from a record's JSON (trace, run_secs, target, args_info)."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
     wl = ms.database.Workload.from_json(workload_line)

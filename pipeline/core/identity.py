@@ -8,6 +8,7 @@ import json
 
 def task_id(mod) -> str:
     """Structural hash of the workload, as 16 hex digits."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm_ffi
 
     return f"{tvm_ffi.structural_hash(mod) & 0xFFFFFFFFFFFFFFFF:016x}"
@@ -15,8 +16,6 @@ def task_id(mod) -> str:
 
 def trace_json(trace) -> str:
     """A trace (with its decisions) as canonical JSON text."""
-    import tvm
-
     return json.dumps(_plain(trace.as_json()), separators=(",", ":"))
 
 
@@ -26,6 +25,7 @@ def record_id(task: str, trace_text: str) -> str:
 
 def _plain(obj):
     """TVM FFI containers -> JSON-serialisable Python values."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     if isinstance(obj, (str, bool, int)) or obj is None:

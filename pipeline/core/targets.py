@@ -16,6 +16,7 @@ def target_dict(cfg) -> dict:
 
 
 def make_target(cfg_or_dict):
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     d = cfg_or_dict if isinstance(cfg_or_dict, dict) else target_dict(cfg_or_dict)

@@ -1,26 +1,38 @@
-"""Where a workspace's files live, and how they are written (atomically) and read.
+"""A workspace's tables: where they live, how they are read, written (atomically) and resumed.
 
-A workspace is one dataset on one target: `<paths.data>/<workspace>/`. Per-item stages
-write part files (`<table>/part-<shard>-<n>.parquet`) so that an interrupted run keeps
-every finished part and a multirun over shards needs no merge step.
+A workspace is one dataset on one target: `<paths.data>/<workspace>/`. Tables are named
+in the catalog (pipeline/core/catalog.py). Per-item stages write part files
+(`<table>/part-<shard>-<id>.parquet`, under `device=<d>/` for device-partitioned tables)
+with `pyarrow.dataset.write_dataset`, so that an interrupted run keeps every finished part
+and a multirun over shards needs no merge step; a table folder reads back as one table
+with `pyarrow.dataset`. `Workspace.todo` is the one place that decides what a resumed or
+forced run still has to do.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from pipeline.core import schema as S
+from pipeline.core.catalog import Table, table
 from pipeline.core.errors import PipelineError
+from pipeline.core.sharding import Shard
+
+# Rows buffered by a part writer before it writes a part (bounds what a kill can lose).
+FLUSH_ROWS = 16
 
 
 class WorkspaceError(PipelineError):
@@ -39,14 +51,14 @@ class Workspace:
     def name(self) -> str:
         return self.root.name
 
-    # Files of the stages, in data-flow order.
+    # Files of the stages, in data-flow order (the Parquet ones are also catalog tables).
     @property
     def tasks(self) -> Path:
-        return self.root / "tasks.parquet"
+        return self.path("tasks")
 
     @property
     def network_tasks(self) -> Path:
-        return self.root / "network_tasks.parquet"
+        return self.path("network_tasks")
 
     @property
     def db_workload(self) -> Path:
@@ -58,11 +70,11 @@ class Workspace:
 
     @property
     def candidates(self) -> Path:
-        return self.root / "candidates"
+        return self.path("candidates")
 
     @property
     def kernels(self) -> Path:
-        return self.root / "kernels"
+        return self.path("kernels")
 
     @property
     def kernel_libs(self) -> Path:
@@ -75,7 +87,7 @@ class Workspace:
 
     @property
     def measurements(self) -> Path:
-        return self.root / "measurements"
+        return self.path("measurements")
 
     @property
     def features(self) -> Path:
@@ -88,6 +100,86 @@ class Workspace:
                 f"'{self.name}' first (same dataset/target/paths.data overrides)."
             )
         return path
+
+    # ------------------------------------------------------------------ catalog tables
+
+    def path(self, name: str | Table, device: str | None = None) -> Path:
+        """The file or folder of a table; for a device-partitioned table and a device, its partition."""
+        t = table(name)
+        p = self.root / t.path
+        return p / f"{t.partition}={device}" if t.partition and device is not None else p
+
+    def read(self, name: str | Table, device: str | None = None, *, require: bool = False,
+             columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """A table as one DataFrame (empty with its columns when nothing is written yet);
+        `require=True` stops with the stage to run when it is missing."""
+        t = table(name)
+        p = self.path(t, device)
+        if require:
+            self.require(p, t.stage)
+        elif not p.exists():
+            return empty_frame(t.schema, columns)
+        return read_table(p, t.schema, columns=columns)
+
+    def write(self, name: str | Table, rows: pd.DataFrame | Iterable[dict]) -> Path:
+        """Write a single-file table (tasks.parquet, ...) as a whole, atomically."""
+        t = table(name)
+        if t.is_folder:
+            raise ValueError(f"table {t.name} is a folder of part files: write it with Workspace.writer")
+        return write_table(rows, t.schema, self.path(t))
+
+    def todo(self, name: str | Table, items: pd.DataFrame, *, shard: Shard, force: bool,
+             on: Sequence[str] | None = None, device: str | None = None, shard_by: str | None = None,
+             clears: Sequence[str | Table] = ()) -> pd.DataFrame:
+        """The items of `shard` that table `name` has no row for yet: what a stage still has to do.
+
+        Items and table rows are matched on `on` (default: the table's key). force=True first
+        deletes this shard's part files of the table and of `clears` (tables written along
+        with it), so the whole shard is redone; other shards keep theirs."""
+        t = table(name)
+        items = shard.of(items, by=shard_by)
+        if force:
+            for other in (t, *clears):
+                self.drop_shard(other, shard.index, device)
+        keys = list(on or t.key)
+        done = self.read(t, device, columns=keys)
+        if done.empty or items.empty:
+            return items
+        if len(keys) == 1:
+            return items[~items[keys[0]].isin(set(done[keys[0]]))]
+        have = pd.MultiIndex.from_frame(done[keys])
+        return items[~pd.MultiIndex.from_frame(items[keys]).isin(have)]
+
+    def drop_shard(self, name: str | Table, index: int, device: str | None = None) -> int:
+        """Delete shard `index`'s part files of a table (of every device when none is given)."""
+        t = table(name)
+        folder = self.path(t, device)
+        pattern = f"part-{index:04d}-*.parquet"
+        files = list(folder.glob(pattern if device is not None or not t.partition else f"*/{pattern}"))
+        for f in files:
+            f.unlink()
+        return len(files)
+
+    def writer(self, name: str | Table, shard: Shard | int = 0, device: str | None = None, *,
+               schema: pa.Schema | None = None, flush_rows: int = FLUSH_ROWS,
+               flush_s: float | None = None) -> "PartWriter":
+        """A buffered part writer for one table and shard (and device, for partitioned tables)."""
+        t = table(name)
+        if t.partition and device is None:
+            raise ValueError(f"table {t.name} is partitioned by {t.partition}: give the {t.partition}")
+        schema = schema or t.schema
+        if schema is None:
+            raise ValueError(f"table {t.name} has no fixed schema: give the schema of its parts")
+        index = shard.index if isinstance(shard, Shard) else int(shard)
+        return PartWriter(self.root / t.path, schema, index, {t.partition: device} if t.partition else None,
+                          flush_rows=flush_rows, flush_s=flush_s)
+
+    def sink(self, shard: Shard | int = 0, device: str | None = None) -> "TableSink":
+        """`sink(table, rows[, schema])` for the rows of several tables of one shard (and device)."""
+        return TableSink(self, shard, device)
+
+
+# ---------------------------------------------------------------------- writing
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -103,19 +195,24 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def write_table(rows: pd.DataFrame | Iterable[dict], schema: pa.Schema, path: Path) -> Path:
-    """Write rows with `schema` (extra columns dropped, missing ones null) atomically."""
+def to_arrow(rows: pd.DataFrame | Iterable[dict], schema: pa.Schema) -> pa.Table:
+    """Rows as a table of `schema` (extra columns dropped, missing ones null)."""
     df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
     cols = {}
     for field in schema:
         values = df[field.name] if field.name in df.columns else [None] * len(df)
         cols[field.name] = pa.array(list(values) if not isinstance(values, list) else values,
                                     type=field.type, from_pandas=True)
-    table = pa.table(cols, schema=schema)
+    return pa.table(cols, schema=schema)
+
+
+def write_table(rows: pd.DataFrame | Iterable[dict], schema: pa.Schema, path: Path) -> Path:
+    """Write rows with `schema` as one Parquet file, atomically."""
+    data = to_arrow(rows, schema)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        pq.write_table(table, tmp)
+        pq.write_table(data, tmp)
         os.replace(tmp, path)
     finally:
         if tmp.exists():
@@ -123,15 +220,103 @@ def write_table(rows: pd.DataFrame | Iterable[dict], schema: pa.Schema, path: Pa
     return path
 
 
-def write_part(rows: pd.DataFrame | list[dict], schema: pa.Schema, folder: Path, shard: int = 0) -> Path | None:
-    """Append one part file to a table folder; returns its path (None for no rows)."""
+def write_part(rows: pd.DataFrame | list[dict], schema: pa.Schema, folder: Path, shard: int = 0,
+               partition: dict[str, str] | None = None) -> Path | None:
+    """Add one part file to a table folder (under `<col>=<value>/` for a partition); returns
+    its path (None for no rows). The part appears whole or not at all: write_dataset writes
+    it in a hidden staging folder that readers skip, then it is renamed into place."""
     if len(rows) == 0:
         return None
-    name = f"part-{shard:04d}-{uuid.uuid4().hex[:12]}.parquet"
-    return write_table(rows, schema, folder / name)
+    data = to_arrow(rows, schema)
+    partitioning = None
+    if partition:
+        for col, value in partition.items():
+            data = data.append_column(col, pa.array([str(value)] * data.num_rows, pa.string()))
+        partitioning = ds.partitioning(pa.schema([(c, pa.string()) for c in partition]), flavor="hive")
+    folder = Path(folder)
+    part_id = uuid.uuid4().hex[:12]
+    staging = folder / f".staging-{part_id}"
+    try:
+        ds.write_dataset(data, staging, format="parquet", partitioning=partitioning, preserve_order=True,
+                         basename_template=f"part-{shard:04d}-{part_id}-{{i}}.parquet")
+        out = None
+        for f in staging.rglob("*.parquet"):
+            out = folder / f.relative_to(staging)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, out)
+        return out
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def _check_version(path: Path, meta: dict | None) -> None:
+class PartWriter:
+    """Buffers rows of one table and writes them as part files of one shard: every
+    `flush_rows` rows (or `flush_s` seconds) and on close, so that a killed run loses at
+    most what is buffered. Use as a context manager."""
+
+    def __init__(self, folder: Path, schema: pa.Schema, shard: int = 0, partition: dict[str, str] | None = None,
+                 *, flush_rows: int = FLUSH_ROWS, flush_s: float | None = None):
+        self.folder, self.schema, self.shard, self.partition = Path(folder), schema, shard, partition
+        self.flush_rows, self.flush_s = max(1, int(flush_rows)), flush_s
+        self.rows: list[dict] = []
+        self.written = 0
+        self._last = time.monotonic()
+
+    def add(self, rows: Iterable[dict]) -> None:
+        self.rows.extend(rows)
+        late = self.flush_s is not None and time.monotonic() - self._last > self.flush_s
+        if len(self.rows) >= self.flush_rows or (self.rows and late):
+            self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            write_part(self.rows, self.schema, self.folder, self.shard, self.partition)
+            self.written += len(self.rows)
+            self.rows = []
+        self._last = time.monotonic()
+
+    def __enter__(self) -> "PartWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+
+class TableSink:
+    """Rows for several tables of one shard and device, as a library hands them over:
+    `sink(table, rows)` buffers them in that table's part writer; `sink(table, rows, schema)`
+    writes them at once as a part of their own (its columns are that part's, as an ncu
+    table's grow with the metrics of its reports). Use as a context manager."""
+
+    def __init__(self, ws: Workspace, shard: Shard | int = 0, device: str | None = None):
+        self.ws, self.shard, self.device = ws, shard, device
+        self.writers: dict[str, PartWriter] = {}
+
+    def __call__(self, name: str | Table, rows: list[dict], schema: pa.Schema | None = None) -> None:
+        t = table(name)
+        if schema is not None:
+            with self.ws.writer(t, self.shard, self.device if t.partition else None, schema=schema) as part:
+                part.add(rows)
+            return
+        if t.name not in self.writers:
+            self.writers[t.name] = self.ws.writer(t, self.shard, self.device if t.partition else None)
+        self.writers[t.name].add(rows)
+
+    def flush(self) -> None:
+        for w in self.writers.values():
+            w.flush()
+
+    def __enter__(self) -> "TableSink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.flush()
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _check_version(path, meta: dict | None) -> None:
     version = (meta or {}).get(S.METADATA_KEY)
     if version is not None and version.decode() != S.SCHEMA_VERSION:
         raise WorkspaceError(
@@ -140,21 +325,46 @@ def _check_version(path: Path, meta: dict | None) -> None:
         )
 
 
-def read_table(path: Path, schema: pa.Schema | None = None) -> pd.DataFrame:
-    """Read one Parquet file or a folder of part files as one DataFrame."""
+def part_files(path: Path) -> list[Path]:
+    """The Parquet files of a table: the file itself, or a folder's parts in path order
+    (hidden and staging entries left out, as pyarrow's discovery does)."""
     path = Path(path)
-    files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
-    files = [f for f in files if not f.name.startswith(".")]
-    frames = []
-    for f in files:
-        t = pq.read_table(f)
-        _check_version(f, t.schema.metadata)
-        frames.append(t.to_pandas())
-    if not frames:
-        if schema is None:
-            return pd.DataFrame()
-        return schema.empty_table().to_pandas()
-    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if not path.is_dir():
+        return [path]
+    return sorted(f for f in path.rglob("*.parquet")
+                  if not any(p.startswith((".", "_")) for p in f.relative_to(path).parts))
+
+
+def empty_frame(schema: pa.Schema | None, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    if schema is None:
+        return pd.DataFrame(columns=list(columns or []))
+    frame = schema.empty_table().to_pandas()
+    return frame[[c for c in columns if c in frame.columns]] if columns else frame
+
+
+def read_table(path: Path, schema: pa.Schema | None = None, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """One Parquet file or a folder of part files as one DataFrame, parts in path order.
+
+    Every part must carry this pipeline's schema version. Parts whose columns differ (an
+    ncu table grows a column when a report brings a new metric) are read with the union
+    of their columns, missing values null."""
+    files = part_files(path)
+    if not files:
+        return empty_frame(schema, columns)
+    dataset = ds.dataset([str(f) for f in files], format="parquet")
+    schemas = []
+    for fragment in dataset.get_fragments():
+        physical = fragment.physical_schema
+        _check_version(fragment.path, physical.metadata)
+        schemas.append(physical)
+    if any(not s.equals(schemas[0]) for s in schemas[1:]):
+        try:
+            dataset = ds.dataset([str(f) for f in files], format="parquet", schema=pa.unify_schemas(schemas))
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # a column with two types: let pandas reconcile them
+            return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    if columns is not None:
+        columns = [c for c in columns if c in dataset.schema.names]
+    return dataset.to_table(columns=columns).to_pandas()
 
 
 def write_json(path: Path, obj) -> None:

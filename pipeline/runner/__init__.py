@@ -1,3 +1,3 @@
-"""Runners: execute exported kernels on a device. `kernel_runner.py` is a standalone
-script (TVM runtime + NumPy only) so that it can run on a GPU host that only receives
-the artifacts."""
+"""Where kernels are measured (`measure.mode`): on this machine, or on a device host that
+receives a bundle (kernels, references, the standalone kernel harness and a runtime-only
+TVM) and sends back its results."""

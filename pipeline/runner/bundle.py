@@ -1,13 +1,13 @@
 """Build here, run there: a self-contained folder of kernels for a GPU host.
 
 The bundle holds the exported kernels, the reference inputs/outputs, the job list,
-kernel_runner.py and (optionally) a runtime-only copy of TVM: the installed `tvm`
-package without its compiler library, headers and sources (about 30 MB instead of
-300). On the GPU host:
+the kernel harness (pipeline/core/harness.py, as harness.py) and (optionally) a
+runtime-only copy of TVM: the installed `tvm` package without its compiler library,
+headers and sources (about 30 MB instead of 300). On the GPU host:
 
     tar xzf bundle.tar.gz && cd bundle
-    TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 kernel_runner.py \\
-        --jobs jobs.jsonl --out results.jsonl --device cuda
+    TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py \\
+        --jobs jobs.jsonl --out results.jsonl --device cuda --instrument timer
 
 and back here: `python -m pipeline stage=measure measure.mode=import
 measure.results=<path>/results.jsonl`. The host also needs `apache-tvm-ffi` for its
@@ -21,17 +21,18 @@ import json
 import shutil
 from pathlib import Path
 
-from pipeline.runner import kernel_runner
+from pipeline.core import harness
 
 # Parts of the installed `tvm` package a runtime-only host does not need.
 COMPILER_ONLY = ("lib/libtvm_compiler.so", "3rdparty", "include", "src")
 
-RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 kernel_runner.py "
+RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py --instrument timer "
                "--jobs jobs.jsonl --out results.jsonl --device {device} --timeout-s {timeout}")
 
 
 def runtime_tree(dest: Path) -> Path:
     """Copy the installed `tvm` package into `dest/tvm` without its compiler parts."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
     src = Path(tvm.__file__).resolve().parent
@@ -59,7 +60,7 @@ def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing:
                 if not target.exists():
                     shutil.copy2(root / j[key], target)
     (dest / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    shutil.copy2(kernel_runner.__file__, dest / "kernel_runner.py")
+    shutil.copy2(harness.HARNESS, dest / "harness.py")
     cmd = RUN_COMMAND.format(device=device, timeout=timeout_s)
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in timing.items())
     (dest / "RUN.txt").write_text(f"{cmd} {flags}\n")
@@ -69,15 +70,7 @@ def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing:
 
 
 def read_results(path: Path) -> list[dict]:
-    """The `done` events of a results.jsonl written by kernel_runner.py."""
+    """The `done` events of a results.jsonl written by the harness on the device host."""
     if not path.exists():
         raise FileNotFoundError(path)
-    out = {}
-    for line in path.read_text().splitlines():
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if ev.get("event") == "done":
-            out[ev["record_id"]] = ev
-    return list(out.values())
+    return list(harness.done_events(path).values())

@@ -1,51 +1,35 @@
-"""The stages, in data-flow order. Each is a module `pipeline.stages.<name>` with `run(cfg)`."""
+"""The stages, in data-flow order: name -> (run function, one-line description).
+
+Each is a module `pipeline.stages.<name>` with `run(cfg) -> counts`; stages meet only in
+the workspace's tables (pipeline/core/catalog.py) and never import each other.
+"""
 
 from __future__ import annotations
 
-import importlib
+from pipeline.stages import collect, compare, download, measure, replay, sample, tasks, train, tune
 
-# name -> one-line description (shown by `python -m pipeline --help`).
+# (shown by `python -m pipeline --help` too, from conf/config.yaml's help template)
 STAGES = {
-    "download": "fetch the TenSet archives (dataset=tenset only)",
-    "tasks": "build the task table and MetaSchedule workload database",
-    "sample": "draw distinct schedule candidates per task (MetaSchedule tuning records)",
-    "replay": "apply each record's trace, build and export the kernel",
-    "measure": "run each kernel on the device: latency and a correctness check",
-    "collect": "static features and profiler counters (ncu on GPU, perf on CPU)",
-    "train": "train cost models (LightGBM, XGBoost, MLP) and log them to MLflow",
-    "compare": "side-by-side table of the workspace's MLflow runs",
-    "tune": "tune with the trained model inside MetaSchedule vs its own models",
+    "download": (download.run, "fetch the TenSet archives (dataset=tenset only)"),
+    "tasks": (tasks.run, "build the task table and MetaSchedule workload database"),
+    "sample": (sample.run, "draw distinct schedule candidates per task (MetaSchedule tuning records)"),
+    "replay": (replay.run, "apply each record's trace, build and export the kernel"),
+    "measure": (measure.run, "run each kernel on the device: latency and a correctness check"),
+    "collect": (collect.run, "static features and profiler counters (ncu on GPU, perf on CPU)"),
+    "train": (train.run, "train cost models (LightGBM, XGBoost, MLP) and log them to MLflow"),
+    "compare": (compare.run, "side-by-side table of the workspace's MLflow runs"),
+    "tune": (tune.run, "tune with the trained model inside MetaSchedule vs its own models"),
 }
 
 
-def implemented() -> list[str]:
-    out = []
-    for name in STAGES:
-        try:
-            importlib.import_module(f"pipeline.stages.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"pipeline.stages.{name}":
-                continue
-            raise
-        out.append(name)
-    return out
-
-
 def stages_for_all(cfg) -> list[str]:
-    """Stages that `stage=all` runs for this dataset."""
-    names = implemented()
-    if cfg.dataset.source != "tenset":
-        # download fetches (or, with dataset.path, unpacks) TenSet and imports its records.
-        names = [n for n in names if n != "download"]
-    return names
+    """Stages that `stage=all` runs for this dataset: download only fetches (or, with
+    dataset.path, unpacks) TenSet and imports its records."""
+    return [n for n in STAGES if n != "download" or str(cfg.dataset.source) == "tenset"]
 
 
-def get(name: str):
+def run_of(name: str):
+    """The run function of stage `name`."""
     if name not in STAGES:
         raise ValueError(f"stage={name!r} is not a stage; valid: all, {', '.join(STAGES)}")
-    try:
-        return importlib.import_module(f"pipeline.stages.{name}")
-    except ModuleNotFoundError as e:
-        if e.name == f"pipeline.stages.{name}":
-            raise ValueError(f"stage={name!r} is not available in this build; available: all, {', '.join(implemented())}") from e
-        raise
+    return STAGES[name][0]

@@ -14,13 +14,17 @@ imported tasks by workload key.
 from __future__ import annotations
 
 import glob
+import hashlib
 import logging
 from pathlib import Path
 
-from pipeline.core import schema as S
+import gdown
+
 from pipeline.core.errors import PipelineError
+from pipeline.core.workspace import Workspace
 from pipeline.tenset import dataset as DS
-from pipeline.core.workspace import Workspace, write_table
+from pipeline.tenset import records as R
+from pipeline.tenset.join import task_ids_for_keys
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +48,6 @@ def manual_instructions(spec, dest: Path) -> str:
 
 def fetch(spec, dest: Path, timeout_s: float) -> Path:
     """gdown the archive to `dest` (resuming a partial download); fails fast offline."""
-    import gdown
-
     if not spec.gdrive_id:
         raise DownloadError(f"no Google Drive id is configured for {spec.file}; {manual_instructions(spec, dest)}")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +71,8 @@ def verify(spec, path: Path) -> str:
     if spec.get("size_bytes") and int(spec.size_bytes) != size:
         raise DownloadError(f"{path} has {size} bytes, expected {spec.size_bytes}: the download is "
                             f"incomplete or a different file; delete it and run stage=download again")
-    digest = DS.sha256_of(path)
+    with path.open("rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     sidecar = path.with_name(path.name + ".sha256")
     expected = spec.get("sha256") or (sidecar.read_text().split()[0] if sidecar.exists() else None)
     if expected and expected != digest:
@@ -116,9 +119,6 @@ def obtain(cfg) -> Path:
 
 def import_records(cfg, root: Path | None) -> dict:
     """`<workspace>/ansor_records.parquet` from the copy's records and dataset.records.files."""
-    from pipeline.tenset import records as R
-    from pipeline.tenset.join import task_ids_for_keys
-
     kind = str(cfg.target.tvm.kind)
     rc = cfg.dataset.get("records") or {}
     files = DS.record_files(root, kind, rc.get("devices")) if root is not None else []
@@ -137,7 +137,7 @@ def import_records(cfg, root: Path | None) -> dict:
     ids = task_ids_for_keys(root, kind, keys)
     rows = R.rows(records, ids)
     ws = Workspace.from_cfg(cfg)
-    path = write_table(rows, S.ANSOR_RECORDS, ws.root / "ansor_records.parquet")
+    path = ws.write("ansor_records", rows)
     joined = sum(1 for r in rows if r["task_id"])
     log.info("wrote %d Ansor records (%d joined to a task, %d unreadable lines) to %s",
              len(rows), joined, len(errors), path)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import logging
 
+import pandas as pd
 from tqdm import tqdm
 
-from pipeline.core import schema as S
 from pipeline.core import database as D
-from pipeline.core.sharding import shard_of
+from pipeline.core.sharding import Shard
 from pipeline.core.targets import make_target, target_dict
-from pipeline.core.workspace import Workspace, read_table, write_part
+from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.core.workspace import Workspace
+from pipeline.tenset.candidates import add_records
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +26,7 @@ STRATEGIES = ("replay-trace", "evolutionary")
 
 def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: int) -> list:
     """Up to `n` schedules with distinct traces, drawn by a MetaSchedule search strategy."""
-    from tvm.s_tir import meta_schedule as ms
-
-    from pipeline.core.tvm_compat import preload_tensor_intrin
+    from tvm.s_tir import meta_schedule as ms  # seconds to import: only when sampling
 
     preload_tensor_intrin()
 
@@ -72,33 +72,39 @@ def strategies_of(cfg) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def draw_task(mod, target, n: int, strategy: str, seed: int) -> tuple[list, str | None]:
+    """(schedules, error) of one task and strategy: the stage's per-item work."""
+    try:
+        schs = draw_candidates(mod, target, n, strategy, seed, target.attrs.get("num-cores", 1) or 1)
+        return schs, None if schs else "the design space produced no candidate"
+    except Exception as e:  # noqa: BLE001 - a task whose space cannot be generated is a row
+        return [], f"{type(e).__name__}: {e}"
+
+
 def run(cfg) -> dict:
+    # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
     from tvm.s_tir import meta_schedule as ms
 
     ws = Workspace.from_cfg(cfg)
-    tasks = shard_of(read_table(ws.require(ws.tasks, "tasks")), cfg)
+    shard = Shard.from_cfg(cfg)
+    tasks = ws.read("tasks", require=True)
     strategies = strategies_of(cfg)
     target = make_target(target_dict(cfg))
-    out_file = D.shard_record_file(ws, int(cfg.shard.index), int(cfg.shard.count))
+    out_file = D.shard_record_file(ws, shard.index, shard.count)
     if cfg.force:
-        for p in [out_file, *[p for p in ws.candidates.glob(f"part-{int(cfg.shard.index):04d}-*.parquet")]]:
-            p.unlink(missing_ok=True)
-    existing = read_table(ws.candidates, S.CANDIDATES) if ws.candidates.exists() else S.CANDIDATES.empty_table().to_pandas()
-    done = set(zip(existing["task_id"], existing["strategy"]))
-    known = set(existing["record_id"])
+        out_file.unlink(missing_ok=True)
+    pairs = tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross")  # task-major
+    todo = ws.todo("candidates", pairs, shard=shard, force=bool(cfg.force), on=("task_id", "strategy"),
+                   shard_by="task_id")
+    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     workloads = D.read_workload_lines(ws)
     db = ms.database.JSONDatabase(str(ws.db_workload), str(out_file), allow_missing=True)
     n = int(cfg.budget.candidates_per_task)
     total = failed = duplicates = 0
-    todo = [(row, s) for row in tasks.itertuples() for s in strategies if (row.task_id, s) not in done]
-    for row, strategy in tqdm(todo, desc="sample", unit="task"):
-        wl_line = workloads[row.workload_index]
-        workload = ms.database.Workload.from_json(wl_line)
-        try:
-            schs = draw_candidates(workload.mod, target, n, strategy, int(cfg.seed), target.attrs.get("num-cores", 1) or 1)
-            error = None if schs else "the design space produced no candidate"
-        except Exception as e:  # noqa: BLE001 - a task whose space cannot be generated is a row
-            schs, error = [], f"{type(e).__name__}: {e}"
+    out = ws.writer("candidates", shard, flush_rows=1)  # a part per task: sampling a task takes seconds
+    for row in tqdm(list(todo.itertuples()), desc="sample", unit="task"):
+        workload = ms.database.Workload.from_json(workloads[row.workload_index])
+        schs, error = draw_task(workload.mod, target, n, row.strategy, int(cfg.seed))
         args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
         # Record ids come from the lines as written, so every reader computes the same id.
         # A trace that another strategy already drew is the same record: it is not added twice.
@@ -114,21 +120,18 @@ def run(cfg) -> dict:
                 continue
             known.add(rid)
             keep.append(r)
-            rows.append(dict(record_id=rid, task_id=row.task_id, strategy=strategy, trace_json=r.trace_text))
+            rows.append(dict(record_id=rid, task_id=row.task_id, strategy=row.strategy, trace_json=r.trace_text))
         if len(keep) != len(lines):
             D.rewrite_records(out_file, keep)
         if error:
             failed += 1
-            log.warning("task %s (%s), %s: %s", row.name, row.task_id, strategy, error)
-            rows.append(dict(record_id=f"{row.task_id}-none-{strategy}", task_id=row.task_id, strategy=strategy,
-                             error=error))
-        write_part(rows, S.CANDIDATES, ws.candidates, int(cfg.shard.index))
+            log.warning("task %s (%s), %s: %s", row.name, row.task_id, row.strategy, error)
+            rows.append(dict(record_id=f"{row.task_id}-none-{row.strategy}", task_id=row.task_id,
+                             strategy=row.strategy, error=error))
+        out.add(rows)
         total += len(rows) - bool(error)
-    counts = {"tasks": len(tasks), "new": total, "duplicates": duplicates, "failed_tasks": failed}
+    counts = {"tasks": len(shard.of(tasks)), "new": total, "duplicates": duplicates, "failed_tasks": failed}
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
-        from pipeline.tenset.candidates import add_records
-
         counts.update(add_records(cfg, cfg.dataset.records.candidates_per_task))
-    all_rows = read_table(ws.candidates, S.CANDIDATES)
-    return {**counts, "candidates": int(all_rows["error"].isna().sum())}
+    return {**counts, "candidates": int(ws.read("candidates")["error"].isna().sum())}

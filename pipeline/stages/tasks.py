@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import logging
 
-from pipeline.core import schema as S
 from pipeline.core import identity
 from pipeline.core.targets import make_target, target_dict, target_json
+from pipeline.core.workspace import Workspace
 from pipeline.workloads import args_of, flops_of, load_workloads
-from pipeline.core.workspace import Workspace, read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +31,6 @@ def select_tasks(workloads: list, limit: int) -> list:
 
 def network_rows(workloads: list) -> list[dict]:
     """One row per (network, task): a task shared by two networks counts in both."""
-    from pipeline.core import identity
-
     rows: dict[tuple, dict] = {}
     for w in workloads:
         key = (w.network, identity.task_id(w.mod))
@@ -45,11 +42,12 @@ def network_rows(workloads: list) -> list[dict]:
 
 
 def run(cfg) -> dict:
+    # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
     from tvm.s_tir import meta_schedule as ms
 
     ws = Workspace.from_cfg(cfg)
     if ws.tasks.exists() and not cfg.force:
-        tasks = read_table(ws.tasks)
+        tasks = ws.read("tasks")
         log.info("%s exists (%d tasks); force=true rebuilds it", ws.tasks, len(tasks))
         return {"tasks": len(tasks)}
     tdict = target_dict(cfg)
@@ -76,7 +74,7 @@ def run(cfg) -> dict:
                  target=target_json(tdict), source=w.source, args_json=json.dumps(args_of(w.mod)),
                  workload_index=len(rows))
         )
-    write_table(rows, S.TASKS, ws.tasks)
-    write_table(network_rows(workloads), S.NETWORK_TASKS, ws.network_tasks)
+    ws.write("tasks", rows)
+    ws.write("network_tasks", network_rows(workloads))
     log.info("wrote %d tasks to %s", len(rows), ws.tasks)
     return {"tasks": len(rows)}

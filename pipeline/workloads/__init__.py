@@ -1,46 +1,38 @@
 """Workload sources: each turns a `dataset` config into tensor programs to tune.
 
-A source module exposes `load(cfg, target) -> list[Workload]`; `source` in the dataset
-config names the module (ops, zoo, tenset).
+A source is a function `load(cfg, target) -> list[Workload]`, registered in `SOURCES`
+under the name that `dataset.source` gives and chosen with `create(kind)`.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+from pipeline.core.registry import choose
+from pipeline.workloads import ops, tenset, zoo
+from pipeline.workloads.base import Workload
 
-SOURCES = ("ops", "zoo", "tenset")
+__all__ = ["SOURCES", "Workload", "args_of", "create", "flops_of", "load_workloads"]
+
+SOURCES = {"ops": ops.load, "zoo": zoo.load, "tenset": tenset.load}
 
 
-@dataclass
-class Workload:
-    """One task: an IRModule whose `main` PrimFunc MetaSchedule can tune."""
-
-    name: str
-    mod: object  # tvm.IRModule
-    network: str = ""
-    weight: int = 1
-    source: str = ""
-    extra: dict = field(default_factory=dict)
+def create(kind: str):
+    """The source `kind`: a function (cfg, target) -> list[Workload]."""
+    return choose("dataset.source", SOURCES, kind)
 
 
 def load_workloads(cfg, target) -> list[Workload]:
-    source = str(cfg.dataset.source)
-    if source not in SOURCES:
-        raise ValueError(f"dataset.source={source!r} is not a workload source; valid: {', '.join(SOURCES)}")
-    module = importlib.import_module(f"pipeline.workloads.{source}")
-    return module.load(cfg, target)
+    return create(str(cfg.dataset.source))(cfg, target)
 
 
 def args_of(mod) -> list:
     """[[dtype, shape], ...] of the main PrimFunc's buffer parameters."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo  # seconds to import; only tasks need it
 
     return [[str(a.dtype), [int(x) for x in a.shape]] for a in ArgInfo.from_prim_func(mod["main"])]
 
 
 def flops_of(mod) -> float:
-    from tvm.s_tir.analysis import estimate_tir_flops
+    from tvm.s_tir.analysis import estimate_tir_flops  # seconds to import; only tasks need it
 
     try:
         return float(estimate_tir_flops(mod))

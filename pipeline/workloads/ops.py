@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
-from pipeline.workloads import Workload
+from pipeline.workloads.base import Workload
 
 
 def load(cfg, target) -> list[Workload]:
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm.s_tir.meta_schedule.testing import te_workload
 

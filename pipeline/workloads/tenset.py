@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.workloads import Workload
+from pipeline.tenset import dataset as DS
+from pipeline.tenset import tasks as T
+from pipeline.workloads.base import Workload
 
 log = logging.getLogger(__name__)
 
 
 def load(cfg, target) -> list[Workload]:
-    from pipeline.tenset import dataset as DS
-    from pipeline.tenset import tasks as T
-
     kind = str(target.kind.name)
     root = DS.resolve(cfg)
     files = T.select(DS.task_files(root), kind, cfg.dataset.get("networks"))

@@ -11,8 +11,8 @@ import logging
 import time
 import warnings
 
-from pipeline.workloads import Workload
-from pipeline.workloads import networks as nets
+from pipeline.workloads import ops
+from pipeline.workloads.base import Workload
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,12 @@ def network_options(cfg, name: str) -> dict:
 
 def export(name: str, batch: int = 1, seed: int = 0, **options):
     """The network as a Relax IRModule with its weights bound as constants."""
+    # torch takes seconds to import and only dataset=zoo needs it.
     import torch
     from torch.fx.experimental import optimization
     from tvm.relax.frontend.torch import from_exported_program
+
+    from pipeline.workloads import networks as nets
 
     model, example = nets.build(name, batch, seed, **options)
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
@@ -48,6 +51,7 @@ def export(name: str, batch: int = 1, seed: int = 0, **options):
 
 def fuse(mod):
     """Lower to fused TIR PrimFuncs: the form `extract_tasks` splits into tasks."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm import relax
 
@@ -69,6 +73,7 @@ def fuse(mod):
 
 def as_main(mod):
     """The task's module with its one PrimFunc named `main`, as MetaSchedule expects."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
     from tvm import tirx
 
@@ -83,6 +88,7 @@ def as_main(mod):
 
 def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **options) -> list[Workload]:
     """One Workload per task of one network."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
     mod = fuse(export(name, batch, seed, **options))
@@ -95,6 +101,8 @@ def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **option
 
 
 def load(cfg, target) -> list[Workload]:
+    from pipeline.workloads import networks as nets  # torch: seconds to import, only for dataset=zoo
+
     names = list(cfg.dataset.get("networks") or nets.NETWORKS)
     unknown = [n for n in names if n not in nets.NETWORKS]
     if unknown:
@@ -112,7 +120,5 @@ def load(cfg, target) -> list[Workload]:
                  sum(w.weight for w in found), time.time() - t0)
         out.extend(found)
     if cfg.dataset.get("ops"):
-        from pipeline.workloads import ops
-
         out.extend(ops.load(cfg, target))
     return out

@@ -1,0 +1,139 @@
+"""Builds in long-lived worker processes: MetaSchedule's Builder for tuning, and the replay
+of recorded traces into exported kernels (`lib/<record_id>.so`).
+
+Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
+every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
+parsing of every tensor intrinsic: 30-100 s here, see pipeline/core/tvm_compat.py), which
+costs more than the builds of a 16-trial batch. `PersistentBuilder` runs the same build
+and export functions (LocalBuilder's `default_build` / `default_export`) on TVM's
+`PopenPoolExecutor`, as LocalBuilder does, but in workers that live as long as the
+builder and import the intrinsics once, the fast way. The pool enforces the per-build
+timeout inside each worker and replaces a worker that timed out or crashed, so a build
+that hangs (LLVM can spend an hour on one huge unrolled loop) or kills its process
+becomes an error result and nothing else is lost.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import time
+from typing import Iterator
+
+import tvm
+from tvm.ir.utils import derived_object
+from tvm.s_tir import Schedule
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.builder import local_builder as lb
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+from pipeline.core import database as D
+from pipeline.core.harness import short_error
+from pipeline.core.tvm_compat import preload_tensor_intrin
+
+# Builds a worker process serves before it is replaced (the worker memory growth that
+# makes LocalBuilder restart its pool every batch).
+RECYCLE_AFTER = 1024
+# Seconds between two looks at builds in flight (so that callers can flush by time).
+POLL_S = 1.0
+
+
+def _worker_init() -> None:
+    preload_tensor_intrin()  # what default_build imports, once per worker and fast
+
+
+def _build(mod, target, params) -> str:
+    return lb.default_export(lb.default_build(mod, target, lb._deserialize_params(params)))
+
+
+def build_record(job: dict) -> dict:
+    """Replay one record: trace -> schedule -> tvm.compile -> `job["artifact_abs"]`. Never raises.
+
+    job: record_id, task_id, trace (JSON), workload (a database_workload.json line),
+    target (dict), artifact (path relative to the workspace), artifact_abs."""
+    t0 = time.perf_counter()
+    row = dict(record_id=job["record_id"], task_id=job["task_id"])
+    try:
+        mod = D.load_workload_mod(job["workload"])
+        trace = D.load_trace(job["workload"], [job["trace"], None, None, None])
+        sch = Schedule(mod)
+        trace.apply_to_schedule(sch, remove_postproc=False)
+        lib = tvm.compile(sch.mod, target=tvm.target.Target(job["target"]))
+        out = job["artifact_abs"]
+        tmp = f"{out}.{os.getpid()}.tmp.so"
+        lib.export_library(tmp)
+        os.replace(tmp, out)
+        row.update(build_s=time.perf_counter() - t0, artifact=job["artifact"])
+    except Exception as e:  # noqa: BLE001 - a candidate that fails to build is an error row
+        row.update(build_s=time.perf_counter() - t0, error=short_error("build", e))
+    return row
+
+
+@derived_object
+class PersistentBuilder(PyBuilder):
+    """LocalBuilder's build and export in long-lived worker processes (see the module docstring).
+
+    `build` is MetaSchedule's Builder interface (tuning); `build_records` replays recorded
+    traces into the workspace's `lib/` on the same pool, yielding rows as builds finish."""
+
+    def __init__(self, max_workers: int = 2, timeout_sec: float = 60.0, recycle_after: int = RECYCLE_AFTER,
+                 preload_intrinsics: bool = True):
+        super().__init__()
+        self.max_workers = max(1, int(max_workers))
+        self.timeout_sec = float(timeout_sec)
+        self.recycle_after = int(recycle_after)
+        self.preload_intrinsics = bool(preload_intrinsics)
+        self.pool = None
+
+    def _pool(self) -> PopenPoolExecutor:
+        if self.pool is None:
+            self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
+                                          initializer=_worker_init if self.preload_intrinsics else None,
+                                          maximum_process_uses=self.recycle_after)
+        return self.pool
+
+    def build(self, build_inputs):
+        args = [(b.mod, b.target, lb._serialize_params(b.params)) for b in build_inputs]
+        out = []
+        for r in self._pool().map_with_error_catching(lambda x: _build(*x), args):
+            if r.status == StatusKind.COMPLETE:
+                out.append(BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                out.append(BuilderResult(None, f"PersistentBuilder: timeout, killed after {self.timeout_sec:.0f} s"))
+            else:
+                out.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{r.value}"))
+        return out
+
+    def build_records(self, jobs: list[dict]) -> Iterator[list[dict]]:
+        """`build_record` of every job on the pool; yields the rows that finished, at least
+        every POLL_S seconds (possibly none). A build past the timeout or whose worker
+        died is an error row; at most one build per worker is in flight, so closing the
+        builder stops promptly."""
+        pool, queue, running = self._pool(), list(reversed(jobs)), {}
+        while queue or running:
+            while queue and len(running) < self.max_workers:
+                job = queue.pop()
+                running[pool.submit(build_record, job)] = job
+            finished, _ = cf.wait(list(running), timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
+            rows = []
+            for fut in finished:
+                job = running.pop(fut)
+                try:
+                    rows.append(fut.result())
+                except TimeoutError:
+                    rows.append(self._failed(job, f"timeout: not built within {self.timeout_sec:g} s"))
+                except ChildProcessError as e:
+                    rows.append(self._failed(job, f"worker process crashed ({e})"))
+                except Exception as e:  # noqa: BLE001 - e.g. a job the worker could not unpickle
+                    rows.append(self._failed(job, f"{type(e).__name__}: {str(e).strip()[-300:]}"))
+            yield rows
+
+    @staticmethod
+    def _failed(job: dict, reason: str) -> dict:
+        return dict(record_id=job["record_id"], task_id=job["task_id"], error=f"build: {reason}")
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+            self.pool = None
+

@@ -1,0 +1,580 @@
+#!/usr/bin/env python3
+"""The kernel harness: load exported kernels, make seeded inputs, run them under an
+instrument, write start/done events; and the supervisor that isolates crashes and hangs.
+
+This file is self-contained (Python's standard library, NumPy, the TVM runtime; `nvtx`
+only for the NVTX instrument; no project imports) so that a GPU host with a
+runtime-only TVM (`TVM_USE_RUNTIME_LIB=1`) runs it on shipped artifacts:
+
+    python harness.py --jobs jobs.jsonl --out events.jsonl --instrument timer --device cuda
+
+jobs.jsonl: one JSON object a line: `record_id`, `artifact` (path relative to --root),
+`args` ([[dtype, shape], ...]) and optionally `reference` (.npz relative to --root: the
+seed of the inputs and sampled outputs of the unscheduled workload).
+events.jsonl: a `start` line before each kernel and a `done` line after it (with `error`
+when the kernel failed, crashed the process or ran past --timeout-s), flushed at once.
+Jobs that already have a `done` line are skipped, so an interrupted run resumes.
+
+Instruments:
+  timer  MetaSchedule's runner: `time_evaluator` with --number calls per repeat, --repeat
+         repeats, each at least --min-repeat-ms; results in seconds per call. With a
+         reference, the outputs are compared first (--rtol/--atol).
+  nvtx   --warmup calls, then one call inside an NVTX push/pop range named by the record
+         id in domain --domain, so `ncu --nvtx --nvtx-include` profiles exactly that call.
+  perf   calibrate N calls to last --min-time-s (at most --max-calls), then run them with
+         `perf stat` (--perf, --perf-events) attached to this process and switched on and
+         off around them through its control FIFO; getrusage deltas and wall time per call.
+
+By default the jobs run in a child process (this file with --in-process) whose output
+goes to `<out>.log`: a kernel that crashes the child or runs past --timeout-s becomes a
+`done` line with its error and a new child goes on with the rest. --in-process runs them
+in this process, as under ncu, which then watches the process itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import selectors
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HARNESS = Path(__file__).resolve()
+# Exit code when the harness cannot run at all (no device, missing package): every job
+# fails the same way.
+EXIT_UNUSABLE = 3
+# Exit code after a kernel failed on a GPU: its CUDA context may be unusable, so the
+# supervisor starts a fresh process for the kernels that remain.
+EXIT_CONTEXT_LOST = 4
+# Seconds a fresh child may take to import TVM before its first kernel starts.
+STARTUP_S = 180.0
+# Seconds between two looks at a running child.
+POLL_S = 0.05
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def random_array(dtype: str, shape: list, rng: np.random.Generator) -> np.ndarray:
+    """One input array; the generator draws exactly what the references were made with."""
+    if dtype.startswith("float") or dtype.startswith("bfloat"):
+        return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+    if dtype == "bool":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    return rng.integers(0, 8, size=shape).astype(dtype)
+
+
+def seeded_inputs(args: list, seed: int = 0) -> list[np.ndarray]:
+    """Every argument of a kernel ([[dtype, shape], ...]) drawn from one generator seeded with `seed`."""
+    rng = np.random.default_rng(seed)
+    return [random_array(d, s, rng) for d, s in args]
+
+
+def check_outputs(got: list[np.ndarray], ref, rtol: float, atol: float) -> dict:
+    """Compare every argument after the call with the reference at its sampled positions."""
+    errs, correct = [], True
+    for i, arr in enumerate(got):
+        vals = arr.ravel()[ref[f"idx{i}"]]
+        want = ref[f"out{i}"]
+        if vals.dtype.kind in "fc":
+            ok = bool(np.allclose(vals, want, rtol=rtol, atol=atol, equal_nan=True))
+            diff = np.abs(vals.astype("float64") - want.astype("float64"))
+        else:
+            ok = bool(np.array_equal(vals, want))
+            diff = np.abs(vals.astype("int64") - want.astype("int64"))
+        errs.append(float(np.nanmax(diff)) if diff.size else 0.0)
+        correct = correct and ok
+    return {"checked": True, "correct": correct, "max_abs_err": max(errs) if errs else 0.0}
+
+
+def choose_cuda_compiler() -> None:
+    """Exported CUDA kernels hold CUDA source that TVM compiles when the module is loaded;
+    its default compiler (NVRTC) needs the `cuda-bindings` package. Without it, use nvcc
+    where it is installed."""
+    try:
+        import tvm.support.nvcc  # noqa: F401 - registers the compile callback
+    except ImportError:
+        pass
+    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
+        return
+    try:
+        import cuda.bindings  # noqa: F401 - optional: only its presence is asked
+    except ImportError:
+        if shutil.which("nvcc"):
+            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+
+
+# ----------------------------------------------------------------------------- events
+
+
+def read_events(path: Path) -> list[dict]:
+    """Every event of an events file (a line cut by a crash is skipped)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def done_events(path: Path) -> dict[str, dict]:
+    """record_id -> its (last) `done` event."""
+    return {ev["record_id"]: ev for ev in read_events(path) if ev.get("event") == "done"}
+
+
+class EventTail:
+    """The events appended to a file since the last look (whole lines only)."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset, self.size = Path(path), 0, 0
+
+    def skip_existing(self) -> "EventTail":
+        self.offset = self.size = self.path.stat().st_size if self.path.exists() else 0
+        return self
+
+    def new(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        self.size = self.offset + len(data)
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+
+def append_event(path: Path, event: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(event) + "\n")
+
+
+def short_error(prefix: str, e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{prefix}: {type(e).__name__}: {msg[-1] if msg else ''}"[:2000]
+
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@dataclass
+class Kernel:
+    """A loaded kernel with its inputs on the device."""
+
+    record_id: str
+    module: object  # tvm.runtime.Module
+    func: object  # its `main`
+    args: list  # tvm.runtime.Tensor per parameter
+    device: object  # tvm.runtime.Device
+    reference: object = None  # the reference .npz (NpzFile) or None
+
+
+def load_kernel(tvm, dev, job: dict, root: str) -> Kernel:
+    """Load `job`'s library and make its inputs (seeded by its reference, else seed 0)."""
+    module = tvm.runtime.load_module(os.path.join(root, job["artifact"]))
+    ref = np.load(os.path.join(root, job["reference"])) if job.get("reference") else None
+    host = seeded_inputs(job["args"], int(ref["seed"]) if ref is not None else 0)
+    return Kernel(job["record_id"], module, module["main"], [tvm.runtime.tensor(a, dev) for a in host], dev, ref)
+
+
+# ----------------------------------------------------------------------------- instruments
+
+
+class Timer:
+    """MetaSchedule's time_evaluator semantics; the outputs are checked against a reference first."""
+
+    def __init__(self, number: int = 1, repeat: int = 3, min_repeat_ms: int = 20, rtol: float = 1e-3,
+                 atol: float = 1e-3):
+        self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), int(min_repeat_ms)
+        self.rtol, self.atol = float(rtol), float(atol)
+
+    def run(self, k: Kernel) -> dict:
+        out = {}
+        if k.reference is not None:
+            k.func(*k.args)
+            k.device.sync()
+            out.update(check_outputs([a.numpy() for a in k.args], k.reference, self.rtol, self.atol))
+        timer = k.module.time_evaluator("main", k.device, number=self.number, repeat=self.repeat,
+                                        min_repeat_ms=self.min_repeat_ms)
+        results = [float(x) for x in timer(*k.args).results]
+        out.update(run_secs=results, mean_s=statistics.fmean(results), median_s=statistics.median(results),
+                   std_s=statistics.pstdev(results) if len(results) > 1 else 0.0, min_s=min(results),
+                   repeats=len(results), number=self.number)
+        return out
+
+
+class Nvtx:
+    """Warm-up calls (they also JIT-compile the kernel), then one call in an NVTX range named
+    by the record id: what `ncu --nvtx --nvtx-include "regex:<domain>@.+/"` profiles."""
+
+    def __init__(self, domain: str, warmup: int = 1):
+        import nvtx  # only this instrument needs the package (absent on a plain measure host)
+
+        self.nvtx, self.domain, self.warmup = nvtx, domain, int(warmup)
+
+    def run(self, k: Kernel) -> dict:
+        for _ in range(self.warmup):
+            k.func(*k.args)
+        k.device.sync()
+        self.nvtx.push_range(k.record_id, domain=self.domain)
+        try:
+            k.func(*k.args)
+            k.device.sync()
+        finally:
+            self.nvtx.pop_range(domain=self.domain)
+        return {}
+
+
+# getrusage fields reported per call by the perf instrument.
+RUSAGE_DELTAS = ("ru_utime", "ru_stime", "ru_minflt", "ru_majflt", "ru_nvcsw", "ru_nivcsw")
+
+
+class Perf:
+    """N calls that last `min_time_s`, counted by `perf stat` attached to this process with
+    counting switched on and off around exactly those calls (perf's control FIFO), so the
+    counts cover the calls and not loading or input generation. The done event carries
+    perf's CSV output (`perf_csv`, null without perf) for the caller to parse."""
+
+    def __init__(self, min_time_s: float = 0.2, max_calls: int = 100000, perf: str = "", perf_events: str = ""):
+        self.min_time_s, self.max_calls = float(min_time_s), int(max_calls)
+        self.perf = perf or None
+        self.events = [e for e in str(perf_events).split(",") if e]
+
+    def calibrate(self, k: Kernel) -> int:
+        k.func(*k.args)  # warm-up (also starts the thread pool that perf then attaches to)
+        n, t0 = 0, time.perf_counter()
+        while True:
+            k.func(*k.args)
+            n += 1
+            one = (time.perf_counter() - t0) / n
+            if time.perf_counter() - t0 >= min(0.01, self.min_time_s) or n >= self.max_calls:
+                break
+        return int(min(self.max_calls, max(1, math.ceil(self.min_time_s / max(one, 1e-9)))))
+
+    def run(self, k: Kernel) -> dict:
+        calls = self.calibrate(k)
+        with tempfile.TemporaryDirectory(prefix="perf-") as tmp:
+            counter = PerfCounter(self.perf, self.events, tmp) if self.perf and self.events else None
+            try:
+                if counter:
+                    counter.enable()
+                r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                for _ in range(calls):
+                    k.func(*k.args)
+                t1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+                if counter:
+                    counter.disable()
+            finally:
+                csv, err = counter.stop() if counter else (None, None)
+        return {"calls": calls, "wall_s": (t1 - t0) / calls,
+                "rusage": {f: (getattr(r1, f) - getattr(r0, f)) / calls for f in RUSAGE_DELTAS},
+                "max_rss_bytes": int(r1.ru_maxrss) * 1024, "perf_csv": csv, "perf_stderr": err}
+
+
+class PerfCounter:
+    """`perf stat -p <this process>` started with counting off (-D -1), driven through its control FIFO."""
+
+    def __init__(self, perf: str, events: list[str], workdir: str, timeout_s: float = 30.0):
+        self.ctl_path, self.ack_path, self.out = (os.path.join(workdir, n)
+                                                  for n in ("ctl.fifo", "ack.fifo", "perf.csv"))
+        for p in (self.ctl_path, self.ack_path):
+            os.mkfifo(p)
+        self.proc = subprocess.Popen(
+            [perf, "stat", "-x", ",", "-e", ",".join(events), "-p", str(os.getpid()), "-D", "-1",
+             "--control", f"fifo:{self.ctl_path},{self.ack_path}", "-o", self.out],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.timeout_s = timeout_s
+        self.ctl = self.ack = None
+
+    def _open(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self.ctl = os.open(self.ctl_path, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError:  # ENXIO: perf has not opened its end yet
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise TimeoutError("perf did not open its control FIFO") from None
+                time.sleep(0.005)
+        os.set_blocking(self.ctl, True)
+        self.ack = os.open(self.ack_path, os.O_RDONLY | os.O_NONBLOCK)
+
+    def _command(self, cmd: bytes) -> None:
+        os.write(self.ctl, cmd)
+        deadline = time.monotonic() + self.timeout_s
+        buf = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.ack, selectors.EVENT_READ)
+            while b"ack" not in buf:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(left):
+                    raise TimeoutError(f"perf did not acknowledge {cmd.strip().decode()}")
+                chunk = os.read(self.ack, 64)
+                if chunk:
+                    buf += chunk
+                else:
+                    time.sleep(0.001)
+
+    def enable(self) -> None:
+        self._open()
+        self._command(b"enable\n")
+
+    def disable(self) -> None:
+        self._command(b"disable\n")
+
+    def stop(self) -> tuple[str | None, str]:
+        """(perf's CSV output or None, the tail of its stderr)."""
+        for fd in (self.ctl, self.ack):
+            if fd is not None:
+                os.close(fd)
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+        text = Path(self.out).read_text() if os.path.exists(self.out) else None
+        return text or None, " ".join(err.strip().splitlines()[-2:])[:300]
+
+
+INSTRUMENTS = {"timer": Timer, "nvtx": Nvtx, "perf": Perf}
+# Command-line options of each instrument (name, type, default).
+INSTRUMENT_OPTIONS = {
+    "timer": (("number", int, 1), ("repeat", int, 3), ("min_repeat_ms", int, 20), ("rtol", float, 1e-3),
+              ("atol", float, 1e-3)),
+    "nvtx": (("domain", str, "tcp_collect"), ("warmup", int, 1)),
+    "perf": (("min_time_s", float, 0.2), ("max_calls", int, 100000), ("perf", str, ""), ("perf_events", str, "")),
+}
+
+
+# ----------------------------------------------------------------------------- in-process run
+
+
+def run_in_process(jobs: list[dict], out: Path, root: str, device: str, instrument: str, options: dict) -> int:
+    """Run `jobs` here under one instrument, a start and a done event each; returns the exit code."""
+    if device == "cuda":
+        choose_cuda_compiler()
+    import tvm  # the runtime is needed only here: a supervising parent never loads it
+
+    dev = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
+    if not dev.exist:
+        print(f"harness: no {device} device on this host", file=sys.stderr)
+        return EXIT_UNUSABLE
+    try:
+        inst = INSTRUMENTS[instrument](**options)
+    except ImportError as e:
+        print(f"harness: the {instrument} instrument needs a missing package ({e}); install it", file=sys.stderr)
+        return EXIT_UNUSABLE
+    done = set(done_events(out))
+    with open(out, "a") as f:
+        def emit(**event):
+            f.write(json.dumps(event) + "\n")
+            f.flush()
+
+        for job in jobs:
+            rid = job["record_id"]
+            if rid in done:
+                continue
+            emit(event="start", record_id=rid, time=time.time())
+            try:
+                res = inst.run(load_kernel(tvm, dev, job, root))
+            except Exception as e:  # noqa: BLE001 - a failing kernel is a result, not a stop
+                emit(event="done", record_id=rid, error=short_error("run", e))
+                if device == "cuda":
+                    return EXIT_CONTEXT_LOST
+                continue
+            emit(event="done", record_id=rid, **res)
+    return 0
+
+
+# ----------------------------------------------------------------------------- supervisor
+
+
+def describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"signal {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"signal {-rc}"
+    return f"exit code {rc}"
+
+
+@dataclass
+class ChildExit:
+    rc: int | None  # None when it was killed for a timeout
+    timed_out: bool = False
+    verdict: str | None = None  # why the kernel in flight failed; None for a clean exit
+
+
+def run_child(cmd: list[str], log: Path, *, env: dict | None = None, timeout_s: float | None = None,
+              events: Path | None = None, kernel_timeout_s: float | None = None, startup_s: float = STARTUP_S,
+              on_events=None) -> ChildExit:
+    """Run `cmd` in its own process group with its output appended to `log` (a file, never
+    an unread pipe: a chatty child cannot block), and kill the group when it runs past
+    `timeout_s`, or, with an `events` file, when one kernel runs past `kernel_timeout_s`
+    or nothing starts within `startup_s`. `on_events(list)` gets new events as they come."""
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tail = EventTail(events).skip_existing() if events is not None else None
+    t0 = last = time.monotonic()
+    started_any = False
+    with open(log, "ab") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                start_new_session=True)
+        try:
+            while True:
+                rc = proc.poll()
+                if tail is not None:
+                    new = tail.new()
+                    if new:
+                        last = time.monotonic()
+                        started_any = started_any or any(e.get("event") == "start" for e in new)
+                        if on_events:
+                            on_events(new)
+                if rc is not None:
+                    break
+                now = time.monotonic()
+                verdict = None
+                if timeout_s is not None and now - t0 > timeout_s:
+                    verdict = f"timeout: killed after {timeout_s:g} s"
+                elif kernel_timeout_s is not None and started_any and now - last > kernel_timeout_s:
+                    verdict = f"timeout: no result within {kernel_timeout_s:g} s"
+                elif kernel_timeout_s is not None and not started_any and now - last > startup_s:
+                    verdict = f"timeout: the runner did not start within {startup_s:g} s"
+                if verdict:
+                    kill_group(proc)
+                    return ChildExit(None, True, verdict)
+                time.sleep(POLL_S)
+        except BaseException:  # Ctrl-C or a failing callback: the child is in its own session, stop it too
+            kill_group(proc)
+            raise
+    if rc in (0, EXIT_CONTEXT_LOST):
+        return ChildExit(rc)
+    return ChildExit(rc, False, f"crashed: runner exited with {describe_exit(rc)}")
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def log_tail(log: Path, lines: int = 1) -> str:
+    try:
+        text = Path(log).read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return " | ".join(text.splitlines()[-lines:])[:800]
+
+
+def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "cpu", instrument: str = "timer",
+              options: dict | None = None, timeout_s: float = 30.0, startup_s: float = STARTUP_S,
+              python: str = sys.executable, env: dict | None = None, on_done=None) -> list[dict]:
+    """Run `jobs` in child processes (resuming `out`), one `done` event per job, in job order.
+
+    A kernel that crashes its child or runs past `timeout_s` becomes a done event with the
+    error and a new child goes on with the rest; a child that cannot run at all (no device,
+    a broken install) fails every remaining job with its reason. `on_done(event)` gets each
+    done event as it is written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jobs_file = out.with_name(out.name + ".jobs")
+    jobs_file.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    log = out.with_suffix(".log")
+    cmd = [python, str(HARNESS), "--in-process", "--jobs", str(jobs_file), "--out", str(out), "--root", str(root),
+           "--device", device, "--instrument", instrument]
+    cmd += [f"--{k.replace('_', '-')}={v}" for k, v in (options or {}).items()]
+    wanted = {j["record_id"] for j in jobs}
+    results = {rid: ev for rid, ev in done_events(out).items() if rid in wanted}
+    started: list[str] = []
+
+    def seen(events):
+        for ev in events:
+            rid = ev.get("record_id")
+            if ev.get("event") == "start":
+                started.append(rid)
+            elif ev.get("event") == "done" and rid in wanted and rid not in results:
+                results[rid] = ev
+                if on_done:
+                    on_done(ev)
+
+    while not wanted <= set(results):
+        started.clear()
+        before = len(results)
+        child = run_child(cmd, log, env=env, events=out, kernel_timeout_s=timeout_s, startup_s=startup_s,
+                          on_events=seen)
+        in_flight = [rid for rid in started if rid not in results]
+        if child.rc == EXIT_UNUSABLE or (child.verdict and not started) or (
+                not child.verdict and len(results) == before):
+            # The runner could not start at all, or made no progress: every job fails the same way.
+            msg = child.verdict or "runner failed"
+            tail = log_tail(log)
+            seen([{"event": "done", "record_id": rid, "error": f"{msg}{': ' + tail if tail else ''}"}
+                  for rid in (j["record_id"] for j in jobs) if rid not in results])
+            break
+        failed = [{"event": "done", "record_id": rid, "error": child.verdict} for rid in in_flight if child.verdict]
+        for ev in failed:
+            append_event(out, ev)
+        seen(failed)
+    return [results[j["record_id"]] for j in jobs if j["record_id"] in results]
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--jobs", required=True, help="jobs.jsonl")
+    p.add_argument("--out", required=True, help="events.jsonl (appended; resumed)")
+    p.add_argument("--root", default=".", help="folder that artifact and reference paths are relative to")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--instrument", default="timer", choices=list(INSTRUMENTS))
+    p.add_argument("--timeout-s", type=float, default=30.0, help="seconds one kernel may take")
+    p.add_argument("--startup-s", type=float, default=STARTUP_S, help="seconds a child may take to start")
+    p.add_argument("--in-process", action="store_true", help="run the jobs in this process (no isolation)")
+    for inst, opts in INSTRUMENT_OPTIONS.items():
+        for name, kind, default in opts:
+            p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
+                           help=f"{inst} (default {default})")
+    args = p.parse_args(argv)
+    options = {name: getattr(args, name) for name, _, _ in INSTRUMENT_OPTIONS[args.instrument]}
+    with open(args.jobs) as f:
+        jobs = [json.loads(line) for line in f if line.strip()]
+    if args.in_process:
+        return run_in_process(jobs, Path(args.out), args.root, args.device, args.instrument, options)
+    res = supervise(jobs, Path(args.out), root=args.root, device=args.device, instrument=args.instrument,
+                    options=options, timeout_s=args.timeout_s, startup_s=args.startup_s)
+    failed = sum(1 for r in res if r.get("error"))
+    print(f"harness: {len(res) - failed} ran, {failed} failed; events in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,19 @@
+"""One way to choose a component: a family (workload sources, profilers, measure modes)
+keeps a dict `kind -> implementation` and its `create(kind, ...)` picks from it here, as
+MetaSchedule's `SearchStrategy.create(kind)` does; a bad kind fails with the valid ones."""
+
+from __future__ import annotations
+
+from typing import Mapping, TypeVar
+
+from pipeline.core.errors import PipelineError
+
+T = TypeVar("T")
+
+
+def choose(key: str, kinds: Mapping[str, T], kind: str) -> T:
+    """The implementation registered as `kind`; `key` is the config key that named it."""
+    try:
+        return kinds[kind]
+    except KeyError:
+        raise PipelineError(f"{key}={kind!r}; valid: {', '.join(kinds)}") from None

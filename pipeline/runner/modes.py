@@ -1,0 +1,138 @@
+"""Measure modes (`measure.mode`), chosen with `create(kind, cfg, ws)`.
+
+`local` runs the kernels here under the kernel harness's supervisor (timer instrument);
+`export` writes a bundle for a device host; `import` reads back the results that host
+wrote. Each turns the measure stage's jobs into the harness's `done` events.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Iterator
+
+from pipeline.core import harness
+from pipeline.core.errors import PipelineError
+from pipeline.core.registry import choose
+from pipeline.core.workspace import Workspace
+from pipeline.runner.bundle import export_bundle, read_results
+
+log = logging.getLogger(__name__)
+
+
+def device_kind(cfg) -> str:
+    return "cuda" if str(cfg.target.kind) == "cuda" else "cpu"
+
+
+def timer_options(cfg) -> dict:
+    """The timer instrument's options from `measure.*` (MetaSchedule runner semantics)."""
+    m = cfg.measure
+    return dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
+                rtol=float(m.rtol), atol=float(m.atol))
+
+
+class MeasureMode:
+    """Jobs (record_id, task_id, artifact, args, reference) -> batches of `done` events."""
+
+    # False: nothing is measured now (the rows come later, by `import`).
+    measures = True
+
+    def results(self, jobs: list[dict]) -> Iterator[list[dict]]:
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        return {}
+
+
+class Local(MeasureMode):
+    """The kernels run here, `batch_size` per harness child process."""
+
+    def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: Path):
+        self.root, self.device, self.options = root, device, options
+        self.timeout_s, self.batch_size, self.events = timeout_s, max(1, int(batch_size)), events
+
+    @classmethod
+    def from_cfg(cls, cfg, ws: Workspace) -> "Local":
+        kind = device_kind(cfg)
+        ensure_device(kind)
+        return cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
+                   ws.root / "runner" / f"results-{int(cfg.shard.index)}.jsonl")
+
+    def results(self, jobs):
+        for start in range(0, len(jobs), self.batch_size):
+            self.events.unlink(missing_ok=True)
+            yield harness.supervise(jobs[start:start + self.batch_size], self.events, root=self.root,
+                                    device=self.device, options=self.options, timeout_s=self.timeout_s)
+
+
+class Export(MeasureMode):
+    """A bundle of the jobs for a device host (`bundle-<shard>.tar.gz` in the workspace)."""
+
+    measures = False
+
+    def __init__(self, root: Path, dest: Path, device: str, options: dict, timeout_s: float, with_runtime: bool):
+        self.root, self.dest, self.device, self.options = root, dest, device, options
+        self.timeout_s, self.with_runtime = timeout_s, with_runtime
+        self.written: dict = {}
+
+    @classmethod
+    def from_cfg(cls, cfg, ws: Workspace) -> "Export":
+        return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), timer_options(cfg),
+                   float(cfg.measure.timeout_s), bool(cfg.measure.bundle_runtime))
+
+    def results(self, jobs):
+        archive = export_bundle(self.root, jobs, self.dest, self.device, self.options, self.timeout_s,
+                                self.with_runtime)
+        log.info("wrote %s (%d kernels); run RUN.txt's command on the device host, then "
+                 "`python -m pipeline stage=measure measure.mode=import measure.results=<results.jsonl>`",
+                 archive, len(jobs))
+        self.written = {"exported": len(jobs), "bundle": str(archive)}
+        return iter(())
+
+    def summary(self) -> dict:
+        return self.written
+
+
+class Import(MeasureMode):
+    """The results.jsonl that the harness wrote on the device host."""
+
+    def __init__(self, results: Path):
+        self.path = Path(results)
+
+    @classmethod
+    def from_cfg(cls, cfg, ws: Workspace) -> "Import":
+        if not cfg.measure.results:
+            raise PipelineError("measure.mode=import needs measure.results=<path to results.jsonl from the device host>")
+        return cls(Path(str(cfg.measure.results)))
+
+    def results(self, jobs):
+        try:
+            imported = read_results(self.path)
+        except FileNotFoundError as e:
+            raise PipelineError(f"measure.results={self.path}: no such file") from e
+        wanted = {j["record_id"] for j in jobs}
+        batch = [r for r in imported if r["record_id"] in wanted]
+        if len(wanted) > len(batch):
+            log.warning("%d kernel(s) have no result in %s; they stay unmeasured", len(wanted) - len(batch), self.path)
+        yield batch
+
+
+MODES = {"local": Local, "export": Export, "import": Import}
+
+
+def create(kind: str, cfg, ws: Workspace) -> MeasureMode:
+    """The measure mode `kind` configured from `measure.*` (local checks for its device here)."""
+    return choose("measure.mode", MODES, kind).from_cfg(cfg, ws)
+
+
+def ensure_device(kind: str) -> None:
+    import tvm  # seconds to import; only the local mode needs it
+
+    dev = tvm.cuda(0) if kind == "cuda" else tvm.cpu(0)
+    if not dev.exist:
+        raise PipelineError(
+            "stage=measure: this machine has no CUDA device. Kernels for CUDA targets build "
+            "anywhere but run on a GPU host: `stage=measure measure.mode=export` writes a bundle "
+            "(kernels, references, the harness, a runtime-only TVM) to run there, and "
+            "`measure.mode=import` reads its results back; or run this stage on the GPU host itself."
+        )

@@ -1,0 +1,112 @@
+"""The kernel harness on real kernels: instruments, crash and hang isolation, resume, chatty children."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from pipeline.core import harness
+
+from conftest import gpu_available
+
+ADD_ARGS = [["float32", [4]], ["float32", [4]]]
+TIMER = dict(number=1, repeat=2, min_repeat_ms=1)
+
+
+def _export(func, path):
+    import tvm
+
+    tvm.compile(tvm.IRModule({"main": func}), target=tvm.target.Target({"kind": "llvm"})).export_library(str(path))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def hang(A: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main"})
+        while A[0] < T.float32(10.0):
+            A[1] = A[1] + T.float32(1.0)
+
+    @T.prim_func
+    def crash(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "int64")):
+        T.func_attr({"global_symbol": "main"})
+        A[B[0] * T.int64(1099511627776)] = T.float32(1.0)
+
+    @T.prim_func
+    def add_one(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32")):
+        T.func_attr({"global_symbol": "main"})
+        for i in range(4):
+            B[i] = A[i] + T.float32(1.0)
+
+    d = tmp_path_factory.mktemp("kernels")
+    return {name: _export(f, d / f"{name}.so") for name, f in
+            [("hang", hang), ("crash", crash), ("add_one", add_one)]} | {"dir": d}
+
+
+def _starts(path) -> list[str]:
+    return [e["record_id"] for e in harness.read_events(path) if e.get("event") == "start"]
+
+
+def test_hang_crash_and_wrong_results_become_rows_and_runs_resume(kernels, tmp_path):
+    ok_ref, wrong_ref = tmp_path / "ok.npz", tmp_path / "wrong.npz"
+    a, _ = harness.seeded_inputs(ADD_ARGS, 7)
+    idx = np.arange(4)
+    np.savez(ok_ref, seed=7, idx0=idx, idx1=idx, out0=a, out1=a + 1)
+    np.savez(wrong_ref, seed=7, idx0=idx, idx1=idx, out0=a, out1=a + 2)
+    jobs = [
+        dict(record_id="good1", artifact=kernels["add_one"], args=ADD_ARGS),
+        dict(record_id="hang", artifact=kernels["hang"], args=[["float32", [4]]]),
+        dict(record_id="crash", artifact=kernels["crash"], args=[["float32", [4]], ["int64", [4]]]),
+        dict(record_id="missing", artifact=str(tmp_path / "absent.so"), args=[["float32", [4]]]),
+        dict(record_id="ok", artifact=kernels["add_one"], args=ADD_ARGS, reference="ok.npz"),
+        dict(record_id="wrong", artifact=kernels["add_one"], args=ADD_ARGS, reference="wrong.npz"),
+    ]
+    out, streamed = tmp_path / "events.jsonl", []
+    res = {r["record_id"]: r for r in harness.supervise(jobs, out, root=tmp_path, options=TIMER, timeout_s=3,
+                                                        on_done=streamed.append)}
+    assert list(res) == [j["record_id"] for j in jobs]
+    assert sorted(e["record_id"] for e in streamed) == sorted(res)
+    assert res["hang"]["error"] == "timeout: no result within 3 s"
+    assert res["crash"]["error"] == "crashed: runner exited with signal SIGSEGV"
+    assert res["missing"]["error"].startswith("run: ") and "absent.so" in res["missing"]["error"]
+    good = res["good1"]
+    assert "error" not in good and good["repeats"] == 2 and good["mean_s"] > 0 and "checked" not in good
+    assert good["median_s"] >= good["min_s"] and len(good["run_secs"]) == 2
+    assert res["ok"]["checked"] and res["ok"]["correct"] and res["ok"]["max_abs_err"] == 0.0
+    assert res["wrong"]["checked"] and res["wrong"]["correct"] is False
+    assert abs(res["wrong"]["max_abs_err"] - 1.0) < 1e-6
+
+    # The children after the hang and the crash resumed from the events file; so does a new
+    # run: every job has its done event, nothing runs again (no child is started).
+    again = harness.supervise(jobs, out, root=tmp_path, options=TIMER, python="/nonexistent/python")
+    assert again == list(res.values())
+    assert sorted(_starts(out)) == sorted(res)
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks a host without a CUDA device")
+def test_a_chatty_child_without_a_device_fails_every_job_with_the_reason(kernels, tmp_path):
+    """The child prints far more than a pipe holds (64 KiB) before it finds no device: its
+    output goes to a file, so it cannot block, and its last line is every job's reason."""
+    out = tmp_path / "events.jsonl"
+    env = dict(os.environ, PYTHONPROFILEIMPORTTIME="1")  # a line per import: ~150 KB on stderr
+    jobs = [dict(record_id=r, artifact=kernels["add_one"], args=ADD_ARGS) for r in ("a", "b")]
+    res = harness.supervise(jobs, out, root=tmp_path, device="cuda", options=TIMER, startup_s=120, env=env)
+    assert out.with_suffix(".log").stat().st_size > 2 * 65536
+    assert [r["record_id"] for r in res] == ["a", "b"]
+    reason = "crashed: runner exited with exit code 3: harness: no cuda device on this host"
+    assert [r["error"] for r in res] == [reason, reason]
+
+
+def test_the_harness_is_standalone():
+    """It runs from a bundle on a host without the project: stdlib, NumPy, TVM and nvtx only."""
+    tree = ast.parse(harness.HARNESS.read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names - set(sys.stdlib_module_names) <= {"numpy", "tvm", "nvtx", "cuda"}
