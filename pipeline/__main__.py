@@ -9,6 +9,7 @@ import time
 import hydra
 from omegaconf import DictConfig
 
+from pipeline import stages
 from pipeline.core.errors import PipelineError
 from pipeline.summary import print_summary
 
@@ -17,10 +18,6 @@ log = logging.getLogger("pipeline")
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
-    # The stage registry imports every stage and its libraries (seconds): loaded once a
-    # stage is to run, so that `--help` and config errors answer at once.
-    from pipeline import stages
-
     name = str(cfg.stage)
     try:
         names = stages.stages_for_all(cfg) if name == "all" else [name]

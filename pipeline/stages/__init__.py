@@ -1,24 +1,27 @@
 """The stages, in data-flow order: name -> (run function, one-line description).
 
 Each is a module `pipeline.stages.<name>` with `run(cfg) -> counts`; stages meet only in
-the workspace's tables (pipeline/core/catalog.py) and never import each other.
+the workspace's tables (pipeline/core/catalog.py) and never import each other. The run
+functions are named by dotted path and resolved as Hydra resolves a `_target_`: only the
+stage that runs is imported (tune and compare alone import TVM, torch, MLflow and
+matplotlib for seconds).
 """
 
 from __future__ import annotations
 
-from pipeline.stages import collect, compare, download, measure, replay, sample, tasks, train, tune
+from hydra.utils import get_method
 
 # (shown by `python -m pipeline --help` too, from conf/config.yaml's help template)
 STAGES = {
-    "download": (download.run, "fetch the TenSet archives (dataset=tenset only)"),
-    "tasks": (tasks.run, "build the task table and MetaSchedule workload database"),
-    "sample": (sample.run, "draw distinct schedule candidates per task (MetaSchedule tuning records)"),
-    "replay": (replay.run, "apply each record's trace, build and export the kernel"),
-    "measure": (measure.run, "run each kernel on the device: latency and a correctness check"),
-    "collect": (collect.run, "static features and profiler counters (ncu on GPU, perf on CPU)"),
-    "train": (train.run, "train cost models (LightGBM, XGBoost, MLP) and log them to MLflow"),
-    "compare": (compare.run, "side-by-side table of the workspace's MLflow runs"),
-    "tune": (tune.run, "tune with the trained model inside MetaSchedule vs its own models"),
+    "download": ("pipeline.stages.download.run", "fetch the TenSet archives (dataset=tenset only)"),
+    "tasks": ("pipeline.stages.tasks.run", "build the task table and MetaSchedule workload database"),
+    "sample": ("pipeline.stages.sample.run", "draw distinct schedule candidates per task (MetaSchedule tuning records)"),
+    "replay": ("pipeline.stages.replay.run", "apply each record's trace, build and export the kernel"),
+    "measure": ("pipeline.stages.measure.run", "run each kernel on the device: latency and a correctness check"),
+    "collect": ("pipeline.stages.collect.run", "static features and profiler counters (ncu on GPU, perf on CPU)"),
+    "train": ("pipeline.stages.train.run", "train cost models (LightGBM, XGBoost, MLP) and log them to MLflow"),
+    "compare": ("pipeline.stages.compare.run", "side-by-side table of the workspace's MLflow runs"),
+    "tune": ("pipeline.stages.tune.run", "tune with the trained model inside MetaSchedule vs its own models"),
 }
 
 
@@ -32,4 +35,4 @@ def run_of(name: str):
     """The run function of stage `name`."""
     if name not in STAGES:
         raise ValueError(f"stage={name!r} is not a stage; valid: all, {', '.join(STAGES)}")
-    return STAGES[name][0]
+    return get_method(STAGES[name][0])
