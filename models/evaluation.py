@@ -87,14 +87,14 @@ def split_table(frame: pd.DataFrame, metrics=SPREAD_METRICS) -> pd.DataFrame:
 
 
 def ablation_table(heldout: pd.DataFrame, select: str, reference: str | None = "ms_xgb",
-                   also: tuple[str, ...] = ("test_top1_score", "test_pair_acc")) -> pd.DataFrame:
+                   also: tuple[str, ...] = ("val_pair_acc", "test_top1_score", "test_pair_acc")) -> pd.DataFrame:
     """One row per (features, model) of a heldout_table: `select` (a val_ metric) per held-out
     network and on average, the `also` columns on average, and against `reference` the number
     of held-out networks where the model's `select` beats it; ordered by the average `select`."""
     if heldout.empty or select not in heldout.columns:
         return pd.DataFrame()
     nets = heldout[heldout["heldout"] != MEAN]
-    wide = nets.pivot_table(index=["features", "model"], columns="heldout", values=select, aggfunc="first")
+    wide = nets.set_index(["features", "model", "heldout"])[select].unstack("heldout")
     wide.columns = [f"{select}.{c}" for c in wide.columns]
     means = heldout[heldout["heldout"] == MEAN].set_index(["features", "model"])
     out = wide.join(means[[select, *[c for c in also if c in means.columns], "n_heldout", "n_seeds"]])
@@ -103,7 +103,7 @@ def ablation_table(heldout: pd.DataFrame, select: str, reference: str | None = "
         won = nets.assign(_ref=[ref.get((f, h), np.nan) for f, h in zip(nets["features"], nets["heldout"])])
         won = won.assign(_win=won[select] > won["_ref"]).groupby(["features", "model"])["_win"].sum()
         out[f"beats_{reference}"] = won.reindex(out.index).astype("Int64")
-    return out.sort_values(select, ascending=False).reset_index()
+    return out.sort_values(select, ascending=False, na_position="last").reset_index()
 
 
 def with_spread(table: pd.DataFrame, cols: list[str], digits: int = 3) -> pd.DataFrame:

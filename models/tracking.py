@@ -307,8 +307,10 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
                 versions[rid] = mv.version
         client.set_registered_model_alias(name, alias, versions[rid])
         held = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
+        used = next((m for m in (metric, *TIEBREAK) if pd.notna(row.get(f"metrics.{m}", np.nan))), None)
+        why = f"{used} {float(row[f'metrics.{used}']):.3f}" if used else "no validation metric"
         out[alias] = (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{held} seed "
-                      f"{row['tags.split_seed']} (v{versions[rid]}, {metric} {float(row.get(f'metrics.{metric}', np.nan)):.3f})")
+                      f"{row['tags.split_seed']} (v{versions[rid]}, {why})")
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
                                                      f"{metric} (ties: {', '.join(TIEBREAK)}) among the runs of "
                                                      f"the last split trained; best-<features> per feature set.")
