@@ -6,7 +6,9 @@ Two inputs (`input`):
   stores      one row per buffer store (PerStoreFeature), a record's score being the sum of
               its stores' outputs (MetaSchedule XGBModel's pack-sum): the loss is taken on the
               record's sum and its gradient handed to each of the record's stores (custom
-              objectives of both libraries), so trees learn what each store costs
+              objectives of both libraries), so trees learn what each store costs; `context`
+              (regular expressions on the record-level columns) appends the matching columns
+              of a store's record to each store row (the program around the store)
 Two objectives each:
   regression  squared error on normalized throughput (scores are calibrated), each record
               weighted by label ** label_weight (0: unweighted; 1: MetaSchedule's weighting, the
@@ -165,7 +167,8 @@ class _GBDT(CostModel):
     own parameters), and for ranking rank_levels, max_group, eval_at."""
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
-                 label_weight: float = 0.0, early_stopping_metric: str = "loss", num_boost_round: int = 2000,
+                 context: list[str] | tuple[str, ...] = (), label_weight: float = 0.0,
+                 early_stopping_metric: str = "loss", num_boost_round: int = 2000,
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
                  rank_levels: int = 32, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
                  seed: int = 0, threads: int = 0):
@@ -176,7 +179,8 @@ class _GBDT(CostModel):
             raise ValueError(f"{who}: input={input!r}; valid: {', '.join(INPUTS)}")
         if early_stopping_metric not in STOP_METRICS:
             raise ValueError(f"{who}: early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
-        hyperparams = {"objective": objective, "input": input, "label_weight": float(label_weight),
+        hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
+                       "label_weight": float(label_weight),
                        "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
@@ -184,10 +188,17 @@ class _GBDT(CostModel):
                        "eval_at": [int(k) for k in eval_at]}
         # records: the record-level columns (for static features, the program-level aggregate of
         # the per-store rows); stores: the per-store rows, summed per record.
+        if context and input != "stores":
+            raise ValueError(f"{who}: context={list(context)} needs input=stores (records already see those columns)")
         if input == "records":
             own = FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind)
         else:
-            own = FeatureSpec(spec.feature_set, [], list(spec.store_columns), spec.target_kind)
+            pats = [re.compile(c) for c in hyperparams["context"]]
+            ctx = [c for c in spec.columns if any(p.search(c) for p in pats)]
+            if pats and not ctx:
+                raise ValueError(f"{who}: context={hyperparams['context']} matches no record-level column of feature "
+                                 f"set {spec.feature_set!r} (e.g. {spec.columns[:3]})")
+            own = FeatureSpec(spec.feature_set, ctx, list(spec.store_columns), spec.target_kind)
         super().__init__(own, hyperparams=hyperparams, name=name, seed=seed, threads=threads)
         if input == "records" and not spec.columns:
             raise ValueError(f"{who}: feature set {spec.feature_set!r} has no record-level column")
@@ -207,11 +218,28 @@ class _GBDT(CostModel):
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
         self.booster = None
-        self.names = safe_names(self.spec.columns or self.spec.store_columns)
+        self.names = safe_names(self.row_columns)
 
     @property
     def nthread(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+    @property
+    def row_columns(self) -> list[str]:
+        """The columns of a row the trees see: record columns, or store columns + context."""
+        return list(self.spec.columns) if self.input == "records" else [*self.spec.store_columns, *self.spec.columns]
+
+    def _store_rows(self, stores: np.ndarray, records: np.ndarray, seg: np.ndarray) -> np.ndarray:
+        """Store rows with their record's context columns appended."""
+        if not self.spec.columns:
+            return stores
+        return np.hstack([stores, records[seg]]).astype(np.float32, copy=False)
+
+    def _records_of(self, table) -> np.ndarray:
+        """The record-level columns this model reads, from a table (which may hold more)."""
+        if not self.spec.columns:
+            return np.zeros((len(table), 0), np.float32)
+        return table.frame[self.spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)
 
     @property
     def custom(self) -> bool:
@@ -229,9 +257,10 @@ class _GBDT(CostModel):
             y = labels
         w = labels[order] ** self.label_weight if (self.label_weight and not self.ranking) else None
         if self.input == "records":
-            return _Layout(table.records[order], y, w, None, sizes, labels[order], codes[order])
+            return _Layout(self._records_of(table)[order], y, w, None, sizes, labels[order], codes[order])
         idx, seg = gather_segments(table.offsets, order)
-        return _Layout(table.stores[idx], y, w, seg, sizes, labels[order], codes[order])
+        X = self._store_rows(table.stores[idx], self._records_of(table)[order], seg)
+        return _Layout(X, y, w, seg, sizes, labels[order], codes[order])
 
     def _objective(self, lay: _Layout):
         """Gradient and hessian per row (store) from the loss on the records' sums."""
@@ -259,9 +288,8 @@ class _GBDT(CostModel):
         return f"val_{name}", lambda r: ranking_metric(name, lay.record_scores(r), lay.labels, lay.codes), True
 
     def predict(self, table) -> np.ndarray:
-        if self.input == "records":
-            return self.predict_arrays(table.records, None, None)
-        return self.predict_arrays(np.zeros((len(table), 0), np.float32), table.stores, table.offsets)
+        return self.predict_arrays(self._records_of(table), table.stores if self.input == "stores" else None,
+                                   table.offsets if self.input == "stores" else None)
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         if self.input == "records":
@@ -269,13 +297,14 @@ class _GBDT(CostModel):
         if stores is None:
             raise ValueError(f"model {self.name} reads per-store rows (input=stores): pass stores and offsets")
         seg = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-        return np.bincount(seg, weights=self._predict_rows(stores), minlength=len(offsets) - 1).astype(np.float64)
+        rows = self._store_rows(stores, records, seg)
+        return np.bincount(seg, weights=self._predict_rows(rows), minlength=len(offsets) - 1).astype(np.float64)
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def importance(self) -> pd.Series:
-        return self._gain().reindex(self.spec.columns or self.spec.store_columns, fill_value=0.0).sort_values(
+        return self._gain().reindex(self.row_columns, fill_value=0.0).sort_values(
             ascending=False)
 
     def native(self):
@@ -357,7 +386,7 @@ class LGBMModel(_GBDT):
 
     def _gain(self) -> pd.Series:
         gain = self.booster.feature_importance(importance_type="gain")
-        return pd.Series(gain, index=self.spec.columns or self.spec.store_columns, dtype=float)
+        return pd.Series(gain, index=self.row_columns, dtype=float)
 
     def save(self, folder: Path) -> None:
         self._save_common(folder)
@@ -444,7 +473,7 @@ class XGBModel(_GBDT):
 
     def _gain(self) -> pd.Series:
         gain = self.booster.get_score(importance_type="total_gain")
-        by_name = dict(zip(self.names, self.spec.columns or self.spec.store_columns))
+        by_name = dict(zip(self.names, self.row_columns))
         return pd.Series({by_name[k]: v for k, v in gain.items()}, dtype=float)
 
     def save(self, folder: Path) -> None:

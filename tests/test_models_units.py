@@ -218,11 +218,11 @@ def _model(name: str, overrides: list[str] | None = None, spec: FeatureSpec | No
     return registry.create(cfg.model, spec or _table().spec, seed=0, threads=1)
 
 
-STORE_MODELS = {"mlp", "lgbm_ps", "lgbm_ps_rank", "xgb_ps"}
+STORE_MODELS = {"mlp", "lgbm_ps", "lgbm_ps_rank", "xgb_ps", "ens_ps"}
 
 
 @pytest.mark.parametrize("name", ["lgbm", "lgbm_rank", "xgb", "xgb_rank", "mlp", "lgbm_w", "lgbm_ps", "lgbm_ps_rank",
-                                  "xgb_ps"])
+                                  "xgb_ps", "ens_ps"])
 def test_models_learn_and_roundtrip(name, tmp_path):
     from models import registry
 
@@ -230,11 +230,11 @@ def test_models_learn_and_roundtrip(name, tmp_path):
     sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
     train, val, test = tab.take(sp.train), tab.take(sp.val), tab.take(sp.test)
     model = _model(name, ["model.max_epochs=30"] if name == "mlp" else [], tab.spec)
-    assert model.name == name and model.library in ("lightgbm", "xgboost", "mlp")
+    assert model.name == name and model.library in ("lightgbm", "xgboost", "mlp", "ensemble")
     model.fit(train, val)
     scores = model.predict(test)
     ev = M.evaluate(test.frame, scores, calibrated=model.calibrated)
-    if name not in ("lgbm_ps", "xgb_ps"):  # a product of store terms: pack-sum regression, see below
+    if name not in ("lgbm_ps", "xgb_ps", "ens_ps"):  # a product of store terms: pack-sum regression, see below
         assert ev.summary["spearman"] > 0.5, ev.summary  # the latency is a simple function of the features
     model.save(tmp_path / "m")
     again = registry.load(tmp_path / "m")
@@ -250,7 +250,7 @@ def test_models_learn_and_roundtrip(name, tmp_path):
     fresh = model.clone()
     assert type(fresh) is type(model) and fresh.hyperparams == model.hyperparams and fresh.native() is None
     twin = model.copy()
-    assert twin.native() is not model.native()
+    assert twin.native() is not model.native() or name == "ens_ps"
     np.testing.assert_allclose(twin.predict(test), scores, rtol=1e-6)
 
 
@@ -290,6 +290,26 @@ def test_pack_sum_models_learn_store_costs(name):
     np.testing.assert_allclose(scores, np.add.reduceat(per_store, test.offsets[:-1]), rtol=1e-6, atol=1e-9)
     if not model.ranking:  # calibrated: the scores estimate the labels themselves
         assert ev.summary["rmse"] < 0.15, ev.summary
+
+
+def test_pack_sum_with_record_context_roundtrips(tmp_path):
+    """context: each store row carries its record's matching columns; the saved model predicts
+    the same from the pyfunc's one-row-per-store frame."""
+    from models import registry
+
+    tab = _table()
+    model = _model("lgbm_ps", ["model.context=['^static.f[01]$']", "model.rounds_without_val=20"], tab.spec)
+    assert model.spec.columns == ["static.f0", "static.f1"] and model.row_columns[-2:] == ["static.f0", "static.f1"]
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    assert set(model.importance().index) == set(tab.spec.store_columns) | {"static.f0", "static.f1"}
+    model.save(tmp_path / "m")
+    again = registry.load(tmp_path / "m")
+    frame = tab.store_frame()[["record_id", "static.f0", "static.f1", *tab.spec.store_columns]]
+    np.testing.assert_allclose(again.predict_frame(frame)["score"], model.predict(tab), rtol=1e-6)
+    with pytest.raises(ValueError, match="matches no record-level column"):
+        _model("lgbm_ps", ["model.context=['^nothing$']"], tab.spec)
+    with pytest.raises(ValueError, match="needs input=stores"):
+        _model("lgbm", ["+model.context=[f0]"], tab.spec)
 
 
 def test_label_weight_and_early_stopping_metric():
