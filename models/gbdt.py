@@ -35,7 +35,7 @@ import pandas as pd
 import xgboost as xgb
 
 from models.base import CostModel, FeatureSpec
-from models.metrics import pairwise_accuracy, peak_curve
+from models.metrics import STOP_METRICS, ranking_metric
 from models.tables import gather_segments
 
 
@@ -78,7 +78,6 @@ def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int) -> np.ndarra
 
 
 INPUTS = ("records", "stores")
-STOP_METRICS = ("loss", "peak1", "peak5", "apeak32", "pair_acc")
 
 
 def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,23 +119,6 @@ def mean_ndcg(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray, k: int) 
         if ideal > 0:
             out.append(float(np.sum(g[np.argsort(-s, kind="stable")[:k]] * disc)) / ideal)
     return float(np.mean(out)) if out else float("nan")
-
-
-def ranking_metric(name: str, scores: np.ndarray, labels: np.ndarray, task_codes: np.ndarray) -> float:
-    """Mean over tasks of a ranking metric of `scores` (higher is better): peak1, peak5,
-    apeak32 (the mean of peak score@1..32) or pair_acc."""
-    vals = []
-    for t in np.unique(task_codes):
-        rows = task_codes == t
-        y, s = labels[rows], scores[rows]
-        if name == "pair_acc":
-            v = pairwise_accuracy(y, s)
-        else:
-            curve = peak_curve(y, s, {"peak1": 1, "peak5": 5, "apeak32": 32}[name])
-            v = curve[-1] if name != "apeak32" else curve.mean()
-        if np.isfinite(v):
-            vals.append(v)
-    return float(np.mean(vals)) if vals else float("nan")
 
 
 class _Layout:

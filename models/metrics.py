@@ -37,6 +37,8 @@ TASK_METRICS = ("rmse", "r2", "spearman", "kendall", "pair_acc", "peak1", "peak5
 GROUP_METRICS = ("top1_score", "top5_score")
 ALL_METRICS = TASK_METRICS + GROUP_METRICS
 TOPK_METRICS = ("peak1", "peak5", "top1_score", "top5_score")  # counted over tasks with enough records
+#: what a model may early-stop on: its own loss, or `ranking_metric` of the validation part
+STOP_METRICS = ("loss", "peak1", "peak5", "apeak32", "pair_acc")
 
 
 def peak_score(labels: np.ndarray, scores: np.ndarray, k: int) -> float:
@@ -90,6 +92,23 @@ def sampled_topk_recall(labels, scores, sample: int = 128, k: int = 32, draws: i
         idx = rng.choice(len(labels), size=sample, replace=False)
         vals.append(topk_recall(labels[idx], scores[idx], k))
     return float(np.mean(vals))
+
+
+def ranking_metric(name: str, scores: np.ndarray, labels: np.ndarray, task_codes: np.ndarray) -> float:
+    """Mean over tasks of a ranking metric of `scores` (higher is better): peak1, peak5,
+    apeak32 (the mean of peak score@1..32) or pair_acc."""
+    vals = []
+    for t in np.unique(task_codes):
+        rows = task_codes == t
+        y, s = labels[rows], scores[rows]
+        if name == "pair_acc":
+            v = pairwise_accuracy(y, s)
+        else:
+            curve = peak_curve(y, s, {"peak1": 1, "peak5": 5, "apeak32": 32}[name])
+            v = curve[-1] if name != "apeak32" else curve.mean()
+        if np.isfinite(v):
+            vals.append(v)
+    return float(np.mean(vals)) if vals else float("nan")
 
 
 def _corr(fn, y, s) -> float:

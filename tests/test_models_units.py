@@ -313,7 +313,7 @@ def test_pack_sum_with_record_context_roundtrips(tmp_path):
 
 
 def test_label_weight_and_early_stopping_metric():
-    from models.gbdt import STOP_METRICS
+    from models.metrics import STOP_METRICS
 
     tab = _table()
     sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
@@ -322,6 +322,9 @@ def test_label_weight_and_early_stopping_metric():
         info = model.fit(tab.take(sp.train), tab.take(sp.val))
         assert info["early_stopped"] and info["best_iteration"] >= 1
         assert list(info["val_curve"]) == (["rmse"] if metric == "loss" else [f"val_{metric}"])
+    mlp = _model("mlp", ["model.early_stopping_metric=apeak32", "model.max_epochs=4", "model.patience=10"], tab.spec)
+    info = mlp.fit(tab.take(sp.train), tab.take(sp.val))
+    assert info["epochs"] == 4 and all(-1 <= v < 0 for v in info["val_loss"])  # the negative of a peak score
     lay = _model("lgbm_w", [], tab.spec)._layout(tab)
     np.testing.assert_allclose(lay.w, tab.labels)  # label_weight 1: weight = label
     with pytest.raises(ValueError, match="early_stopping_metric='top1'; valid: loss, peak1"):
