@@ -312,6 +312,23 @@ def test_pack_sum_with_record_context_roundtrips(tmp_path):
         _model("lgbm", ["+model.context=[f0]"], tab.spec)
 
 
+def test_ensemble_is_the_mean_of_standardized_member_scores():
+    tab = _additive_table()
+    sp = make_split(tab.frame, "within_task", seed=0)
+    ens = _model("ens_ps", ["model.weights.xgb_ps=3"], tab.spec)
+    assert set(ens.members) == {"xgb_ps", "lgbm_ps_rank"} and ens.weights == {"xgb_ps": 3.0, "lgbm_ps_rank": 1.0}
+    ens.fit(tab.take(sp.train), tab.take(sp.val))
+    train, test = tab.take(sp.train), tab.take(sp.test)
+    z = {}
+    for k, m in ens.members.items():
+        s = m.predict(train)
+        z[k] = (m.predict(test) - s.mean()) / s.std()
+    np.testing.assert_allclose(ens.predict(test), (3 * z["xgb_ps"] + z["lgbm_ps_rank"]) / 4, rtol=1e-6, atol=1e-9)
+    # one candidate scored alone gets the score it gets among others
+    one = test.take(np.array([3]))
+    np.testing.assert_allclose(ens.predict(one), ens.predict(test)[3:4], rtol=1e-6)
+
+
 def test_label_weight_and_early_stopping_metric():
     from models.metrics import STOP_METRICS
 
