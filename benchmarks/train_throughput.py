@@ -49,10 +49,11 @@ def model_cfg(cfg, name: str, rounds: int, epochs: int) -> dict:
         raise SystemExit(f"--models: {name!r} is not a model config; valid: "
                          f"{', '.join(k for k in cfg.model if k != 'name')}")
     out = OmegaConf.to_container(cfg.model[name], resolve=True)
-    if "rounds_without_val" in out:
-        out["rounds_without_val"] = rounds
-    if "max_epochs" in out:
-        out.update(max_epochs=epochs, max_seconds=0)
+    for node in [out, *out.get("members", {}).values()]:  # an ensemble's members too
+        if "rounds_without_val" in node:
+            node["rounds_without_val"] = rounds
+        if "max_epochs" in node:
+            node.update(max_epochs=epochs, max_seconds=0)
     return out
 
 
@@ -60,7 +61,11 @@ def predict_rate(model, table, batch: int, repeats: int) -> float:
     sub = table.take(np.arange(min(batch, len(table))))
     if len(sub) < batch:
         sub = table.take(np.resize(np.arange(len(table)), batch))
-    arrays = model._arrays(sub) if hasattr(model, "_arrays") else (sub.records, sub.stores, sub.offsets)
+    # the matrices the model reads (its own columns; stores for store models), as the adapter hands them
+    records = sub.frame[model.spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)
+    stores = sub.stores[:, [sub.spec.store_columns.index(c) for c in model.spec.store_columns]] \
+        if model.spec.store_columns else None
+    arrays = (records, stores, sub.offsets if stores is not None else None)
     model.predict_arrays(*arrays)
     times = []
     for _ in range(repeats):

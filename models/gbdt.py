@@ -1,12 +1,26 @@
-"""Gradient-boosted trees on the record-level columns: LightGBM and XGBoost.
+"""Gradient-boosted trees: LightGBM and XGBoost, on record rows or on buffer-store rows.
 
+Two inputs (`input`):
+  records     one row per record: the record-level columns (for static features, the
+              program-level aggregate sum/mean/max of the per-store rows)
+  stores      one row per buffer store (PerStoreFeature), a record's score being the sum of
+              its stores' outputs (MetaSchedule XGBModel's pack-sum): the loss is taken on the
+              record's sum and its gradient handed to each of the record's stores (custom
+              objectives of both libraries), so trees learn what each store costs; `context`
+              (regular expressions on the record-level columns) appends the matching columns
+              of a store's record to each store row (the program around the store)
 Two objectives each:
-  regression  squared error on normalized throughput (scores are calibrated)
-  ranking     LambdaRank per task (LightGBM `lambdarank`, XGBoost `rank:ndcg`); labels become
-              relevance grades 0..rank_levels-1 from each record's rank within its task (the
-              best record gets the top grade); a task with more than `max_group` records is cut into random
+  regression  squared error on normalized throughput (scores are calibrated), each record
+              weighted by label ** label_weight (0: unweighted; 1: MetaSchedule's weighting, the
+              fast records of each task dominate the fit)
+  ranking     LambdaRank per task (records: LightGBM `lambdarank`, XGBoost `rank:ndcg`; stores:
+              the same LambdaRank gradient on the records' sums); labels become relevance grades
+              0..rank_levels-1 from each record's rank within its task (the best record gets
+              the top grade); a task with more than `max_group` records is cut into random
               query groups of at most that size (LightGBM refuses very large queries)
-Early stopping on the validation part when it has rows, else a fixed number of rounds.
+Early stopping on the validation part when it has rows (`early_stopping_metric`: the
+objective's own loss, or a per-task ranking metric of the validation records: peak1, peak5,
+apeak32 = mean peak score@1..32, pair_acc), else a fixed number of rounds.
 """
 
 from __future__ import annotations
@@ -21,6 +35,8 @@ import pandas as pd
 import xgboost as xgb
 
 from models.base import CostModel, FeatureSpec
+from models.metrics import STOP_METRICS, ranking_metric
+from models.tables import gather_segments
 
 
 def safe_names(columns: list[str]) -> list[str]:
@@ -61,30 +77,119 @@ def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int) -> np.ndarra
     return np.clip(np.rint(frac * (levels - 1)), 0, levels - 1).astype(np.int32)
 
 
+INPUTS = ("records", "stores")
+
+
+def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LambdaRank's gradient and hessian of `scores` (rows contiguous per query group of
+    `sizes`), NDCG gains 2**grade - 1, as LightGBM's lambdarank computes them."""
+    grad = np.zeros_like(scores)
+    hess = np.zeros_like(scores)
+    start = 0
+    for n in sizes:
+        sl = slice(start, start + n)
+        start += n
+        s, g = scores[sl], grade[sl].astype(np.float64)
+        gain = 2.0 ** g - 1.0
+        ideal = np.sort(gain)[::-1]
+        max_dcg = float(np.sum(ideal / np.log2(np.arange(2, n + 2))))
+        if n < 2 or max_dcg <= 0:
+            continue
+        rank = np.empty(n, np.int64)
+        rank[np.argsort(-s, kind="stable")] = np.arange(n)
+        disc = 1.0 / np.log2(rank + 2.0)
+        better = g[:, None] > g[None, :]  # pairs (i, j): i should rank above j
+        delta = np.abs((gain[:, None] - gain[None, :]) * (disc[:, None] - disc[None, :])) / max_dcg
+        rho = 1.0 / (1.0 + np.exp(np.clip(s[:, None] - s[None, :], -50, 50)))  # sigmoid(-(s_i - s_j))
+        lam = np.where(better, rho * delta, 0.0)
+        h = np.where(better, rho * (1.0 - rho) * delta, 0.0)
+        grad[sl] = -lam.sum(axis=1) + lam.sum(axis=0)
+        hess[sl] = h.sum(axis=1) + h.sum(axis=0)
+    return grad, np.maximum(hess, 1e-9)
+
+
+def mean_ndcg(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray, k: int) -> float:
+    """NDCG@k with gains 2**grade - 1, averaged over the query groups (rows contiguous per group)."""
+    out, start = [], 0
+    for n in sizes:
+        s, g = scores[start:start + n], 2.0 ** grade[start:start + n].astype(np.float64) - 1.0
+        start += n
+        disc = 1.0 / np.log2(np.arange(2, min(k, n) + 2))
+        ideal = float(np.sum(np.sort(g)[::-1][:k] * disc))
+        if ideal > 0:
+            out.append(float(np.sum(g[np.argsort(-s, kind="stable")[:k]] * disc)) / ideal)
+    return float(np.mean(out)) if out else float("nan")
+
+
+class _Layout:
+    """One table in the row order and form the library trains on: rows `X` (records, or the
+    stores of the records), record labels `y` (grades for ranking), record weights `w`, the
+    record of each row `seg` (stores) and the query group sizes (ranking)."""
+
+    def __init__(self, X, y, w, seg, sizes, labels, codes):
+        self.X, self.y, self.w, self.seg, self.sizes = X, y, w, seg, sizes
+        self.labels, self.codes = labels, codes  # per record, in layout order (validation metrics)
+
+    @property
+    def n_records(self) -> int:
+        return len(self.y)
+
+    def record_scores(self, row_scores: np.ndarray) -> np.ndarray:
+        if self.seg is None:
+            return np.asarray(row_scores, np.float64)
+        return np.bincount(self.seg, weights=row_scores, minlength=self.n_records)
+
+
 class _GBDT(CostModel):
     """What LightGBM and XGBoost share: objective handling, data layout, importance.
 
-    Hyperparameters (conf/model/<name>.yaml): objective (regression | ranking),
-    num_boost_round and early_stopping_rounds (with a validation part), rounds_without_val,
-    params (the library's own parameters), and for ranking rank_levels, max_group, eval_at."""
+    Hyperparameters (conf/model/<name>.yaml): objective (regression | ranking), input
+    (records | stores), label_weight (regression), early_stopping_metric, num_boost_round and
+    early_stopping_rounds (with a validation part), rounds_without_val, params (the library's
+    own parameters), and for ranking rank_levels, max_group, eval_at."""
 
-    def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression",
-                 num_boost_round: int = 2000, early_stopping_rounds: int = 50, rounds_without_val: int = 200,
-                 params: dict | None = None, rank_levels: int = 32, max_group: int = 1024,
-                 eval_at: list[int] | tuple[int, ...] = (5,), seed: int = 0, threads: int = 0):
+    def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
+                 context: list[str] | tuple[str, ...] = (), label_weight: float = 0.0,
+                 early_stopping_metric: str = "loss", num_boost_round: int = 2000,
+                 early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
+                 rank_levels: int = 32, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
+                 seed: int = 0, threads: int = 0):
+        who = f"model {name or self.name}"
         if objective not in ("regression", "ranking"):
-            raise ValueError(f"model {name or self.name}: objective={objective!r}; valid: regression, ranking")
-        hyperparams = {"objective": objective, "num_boost_round": int(num_boost_round),
+            raise ValueError(f"{who}: objective={objective!r}; valid: regression, ranking")
+        if input not in INPUTS:
+            raise ValueError(f"{who}: input={input!r}; valid: {', '.join(INPUTS)}")
+        if early_stopping_metric not in STOP_METRICS:
+            raise ValueError(f"{who}: early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
+        hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
+                       "label_weight": float(label_weight),
+                       "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
                        "rank_levels": int(rank_levels), "max_group": int(max_group),
                        "eval_at": [int(k) for k in eval_at]}
-        # Trees read the record-level columns only (for static features: the program-level
-        # aggregate of the per-store rows), so the model's input is one row per record.
-        super().__init__(FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind),
-                         hyperparams=hyperparams, name=name, seed=seed, threads=threads)
-        if not spec.columns:
-            raise ValueError(f"model {self.name}: feature set {spec.feature_set!r} has no record-level column")
+        # records: the record-level columns (for static features, the program-level aggregate of
+        # the per-store rows); stores: the per-store rows, summed per record.
+        if context and input != "stores":
+            raise ValueError(f"{who}: context={list(context)} needs input=stores (records already see those columns)")
+        if input == "records":
+            own = FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind)
+        else:
+            pats = [re.compile(c) for c in hyperparams["context"]]
+            ctx = [c for c in spec.columns if any(p.search(c) for p in pats)]
+            if pats and not ctx:
+                raise ValueError(f"{who}: context={hyperparams['context']} matches no record-level column of feature "
+                                 f"set {spec.feature_set!r} (e.g. {spec.columns[:3]})")
+            own = FeatureSpec(spec.feature_set, ctx, list(spec.store_columns), spec.target_kind)
+        super().__init__(own, hyperparams=hyperparams, name=name, seed=seed, threads=threads)
+        if input == "records" and not spec.columns:
+            raise ValueError(f"{who}: feature set {spec.feature_set!r} has no record-level column")
+        if input == "stores" and not spec.store_columns:
+            raise ValueError(f"{who}: input=stores needs per-store rows (features=static or all); feature set "
+                             f"{spec.feature_set!r} has none")
+        self.input = input
+        self.label_weight = hyperparams["label_weight"]
+        self.stop_metric = early_stopping_metric
         self.ranking = objective == "ranking"
         self.calibrated = not self.ranking
         self.num_boost_round = hyperparams["num_boost_round"]
@@ -95,24 +200,94 @@ class _GBDT(CostModel):
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
         self.booster = None
-        self.names = safe_names(spec.columns)
+        self.names = safe_names(self.row_columns)
 
     @property
     def nthread(self) -> int:
         return self.threads or os.cpu_count() or 1
 
-    def _layout(self, table):
-        """(X, y, group sizes or None) in the row order the library needs."""
-        X, y = table.records, table.labels
-        if not self.ranking:
-            return X, y, None
-        codes = table.task_codes
-        g = grades(y, codes, self.rank_levels)
-        order, sizes = rank_groups(codes, self.max_group, self.seed)
-        return X[order], g[order], sizes
+    @property
+    def row_columns(self) -> list[str]:
+        """The columns of a row the trees see: record columns, or store columns + context."""
+        return list(self.spec.columns) if self.input == "records" else [*self.spec.store_columns, *self.spec.columns]
+
+    def _store_rows(self, stores: np.ndarray, records: np.ndarray, seg: np.ndarray) -> np.ndarray:
+        """Store rows with their record's context columns appended."""
+        if not self.spec.columns:
+            return stores
+        return np.hstack([stores, records[seg]]).astype(np.float32, copy=False)
+
+    def _records_of(self, table) -> np.ndarray:
+        """The record-level columns this model reads, from a table (which may hold more)."""
+        if not self.spec.columns:
+            return np.zeros((len(table), 0), np.float32)
+        return table.frame[self.spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)
+
+    @property
+    def custom(self) -> bool:
+        """Whether the objective is computed here (store input) rather than by the library."""
+        return self.input == "stores"
+
+    def _layout(self, table) -> _Layout:
+        """The table in the row order and form the library trains on (see _Layout)."""
+        labels, codes = table.labels, table.task_codes
+        if self.ranking:
+            order, sizes = rank_groups(codes, self.max_group, self.seed)
+            y = grades(labels, codes, self.rank_levels)[order]
+        else:
+            order, sizes = np.arange(len(labels)), None
+            y = labels
+        w = labels[order] ** self.label_weight if (self.label_weight and not self.ranking) else None
+        if self.input == "records":
+            return _Layout(self._records_of(table)[order], y, w, None, sizes, labels[order], codes[order])
+        idx, seg = gather_segments(table.offsets, order)
+        X = self._store_rows(table.stores[idx], self._records_of(table)[order], seg)
+        return _Layout(X, y, w, seg, sizes, labels[order], codes[order])
+
+    def _objective(self, lay: _Layout):
+        """Gradient and hessian per row (store) from the loss on the records' sums."""
+        def objective(row_scores: np.ndarray):
+            rec = lay.record_scores(row_scores)
+            if self.ranking:
+                g, h = lambdarank_gradients(rec, lay.y, lay.sizes)
+            else:
+                w = lay.w if lay.w is not None else np.ones_like(rec)
+                g, h = w * (rec - lay.y), w
+            return g[lay.seg], h[lay.seg]
+        return objective
+
+    def _val_metric(self, lay: _Layout):
+        """(name, fn(row scores) -> value, higher is better) for early stopping on validation."""
+        name = self.stop_metric
+        if name == "loss":
+            if not self.custom:
+                return None
+            if self.ranking:
+                k = self.eval_at[0]
+                return f"val_ndcg@{k}", lambda r: mean_ndcg(lay.record_scores(r), lay.y, lay.sizes, k), True
+            w = lay.w if lay.w is not None else np.ones(lay.n_records)
+            return "val_wrmse", lambda r: float(np.sqrt(np.sum(w * (lay.record_scores(r) - lay.y) ** 2) / w.sum())), False
+        return f"val_{name}", lambda r: ranking_metric(name, lay.record_scores(r), lay.labels, lay.codes), True
 
     def predict(self, table) -> np.ndarray:
-        return self.predict_arrays(table.records, None, None)
+        return self.predict_arrays(self._records_of(table), table.stores if self.input == "stores" else None,
+                                   table.offsets if self.input == "stores" else None)
+
+    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
+        if self.input == "records":
+            return self._predict_rows(records)
+        if stores is None:
+            raise ValueError(f"model {self.name} reads per-store rows (input=stores): pass stores and offsets")
+        seg = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+        rows = self._store_rows(stores, records, seg)
+        return np.bincount(seg, weights=self._predict_rows(rows), minlength=len(offsets) - 1).astype(np.float64)
+
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def importance(self) -> pd.Series:
+        return self._gain().reindex(self.row_columns, fill_value=0.0).sort_values(
+            ascending=False)
 
     def native(self):
         return self.booster
@@ -126,28 +301,50 @@ class LGBMModel(_GBDT):
     def _train_params(self) -> dict:
         p = dict(self.library_params)
         p.update(seed=self.seed, num_threads=self.nthread, verbose=-1, deterministic=True)
-        if self.ranking:
+        if self.custom:
+            p.update(objective="none", metric="None")  # gradients from _objective
+        elif self.ranking:
             p.update(objective="lambdarank", metric="ndcg", eval_at=list(self.eval_at),
                      label_gain=[float(2**i - 1) for i in range(self.rank_levels)])
         else:
             p.update(objective="regression", metric="rmse")
+        if self.stop_metric != "loss" and not self.custom:
+            p["metric"] = "None"  # early stopping on the ranking metric only
         return p
 
+    def _dataset(self, lay: _Layout, reference=None):
+        # stores: the labels live in the layout (the objective reads them); LightGBM needs one per row
+        label = lay.y if lay.seg is None else lay.y[lay.seg]
+        weight = lay.w if lay.seg is None else None
+        return lgb.Dataset(lay.X, label, weight=weight, group=lay.sizes if not self.custom else None,
+                           feature_name=self.names, reference=reference, free_raw_data=False)
+
+    def _fobj(self, lay: _Layout):
+        objective = self._objective(lay)
+        return lambda preds, data: objective(preds)
+
     def fit(self, train, val) -> dict:
-        X, y, g = self._layout(train)
-        dtrain = lgb.Dataset(X, y, group=g, feature_name=self.names, free_raw_data=True)
+        lay = self._layout(train)
+        dtrain = self._dataset(lay)
+        p = self._train_params()
+        if self.custom:
+            p["objective"] = self._fobj(lay)
         curve: dict = {}
         callbacks = [lgb.record_evaluation(curve)]
-        valid = []
+        valid, feval = [], None
         if len(val):
-            Xv, yv, gv = self._layout(val)
-            valid = [lgb.Dataset(Xv, yv, group=gv, reference=dtrain)]
-            callbacks.append(lgb.early_stopping(self.early_stopping_rounds, verbose=False))
+            vlay = self._layout(val)
+            valid = [self._dataset(vlay, reference=dtrain)]
+            metric = self._val_metric(vlay)
+            if metric is not None:
+                name, fn, higher = metric
+                feval = lambda preds, data: (name, fn(preds), higher)  # noqa: E731
+            callbacks.append(lgb.early_stopping(self.early_stopping_rounds, first_metric_only=True, verbose=False))
             rounds = self.num_boost_round
         else:
             rounds = self.rounds_without_val
-        self.booster = lgb.train(self._train_params(), dtrain, num_boost_round=rounds, valid_sets=valid,
-                                 valid_names=["val"][: len(valid)], callbacks=callbacks)
+        self.booster = lgb.train(p, dtrain, num_boost_round=rounds, valid_sets=valid,
+                                 valid_names=["val"][: len(valid)], feval=feval, callbacks=callbacks)
         best = self.booster.best_iteration or self.booster.current_iteration()
         self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
@@ -155,19 +352,23 @@ class LGBMModel(_GBDT):
 
     def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
         """`rounds` more trees on `table` (continued boosting from the current booster)."""
-        X, y, g = self._layout(table)
+        lay = self._layout(table)
         p = self._train_params()
+        if self.custom:
+            p["objective"] = self._fobj(lay)
         # a small session table: leaves may hold fewer records than the configured minimum
-        p["min_data_in_leaf"] = min(int(p.get("min_data_in_leaf", 20)), max(1, len(y) // 4))
-        self.booster = lgb.train(p, lgb.Dataset(X, y, group=g, feature_name=self.names), num_boost_round=int(rounds),
-                                 init_model=self.booster, keep_training_booster=True)
+        p["min_data_in_leaf"] = min(int(p.get("min_data_in_leaf", 20)), max(1, len(lay.y) // 4))
+        self.booster = lgb.train(p, self._dataset(lay), num_boost_round=int(rounds), init_model=self.booster,
+                                 keep_training_booster=True)
 
-    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
-        return np.asarray(self.booster.predict(records, num_threads=self.nthread), dtype=np.float64)
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
+        if not len(X):
+            return np.zeros(0)
+        return np.asarray(self.booster.predict(X, num_threads=self.nthread), dtype=np.float64)
 
-    def importance(self) -> pd.Series:
+    def _gain(self) -> pd.Series:
         gain = self.booster.feature_importance(importance_type="gain")
-        return pd.Series(gain, index=self.spec.columns, dtype=float).sort_values(ascending=False)
+        return pd.Series(gain, index=self.row_columns, dtype=float)
 
     def save(self, folder: Path) -> None:
         self._save_common(folder)
@@ -185,32 +386,54 @@ class XGBModel(_GBDT):
     library = "xgboost"
     flavor = "xgboost"
 
-    def _dmatrix(self, X, y=None, sizes=None):
-        qid = None if sizes is None else np.repeat(np.arange(len(sizes)), sizes)
-        return xgb.DMatrix(X, label=y, qid=qid, feature_names=self.names, nthread=self.nthread)
+    def _dmatrix(self, lay: _Layout | None = None, X=None):
+        if lay is None:
+            return xgb.DMatrix(X, feature_names=self.names, nthread=self.nthread)
+        if self.custom:  # labels live in the layout (the objective reads them)
+            return xgb.DMatrix(lay.X, feature_names=self.names, nthread=self.nthread)
+        qid = None if lay.sizes is None else np.repeat(np.arange(len(lay.sizes)), lay.sizes)
+        return xgb.DMatrix(lay.X, label=lay.y, weight=lay.w, qid=qid, feature_names=self.names, nthread=self.nthread)
 
     def _train_params(self) -> dict:
         p = dict(self.library_params)
         p.update(seed=self.seed, nthread=self.nthread, verbosity=0)
-        if self.ranking:
+        if self.custom:
+            # a record's score is the plain sum of its stores' outputs: no per-row base score
+            p.update(base_score=0.0, disable_default_eval_metric=1)
+        elif self.ranking:
             p.update(objective="rank:ndcg", eval_metric=f"ndcg@{self.eval_at[0]}")
         else:
             p.update(objective="reg:squarederror", eval_metric="rmse")
+        if self.stop_metric != "loss" and not self.custom:
+            p["disable_default_eval_metric"] = 1
+            p.pop("eval_metric", None)
         return p
 
+    def _obj(self, lay: _Layout):
+        if not self.custom:
+            return None
+        objective = self._objective(lay)
+        return lambda preds, dtrain: objective(preds)
+
     def fit(self, train, val) -> dict:
-        X, y, g = self._layout(train)
-        dtrain = self._dmatrix(X, y, g)
+        lay = self._layout(train)
+        dtrain = self._dmatrix(lay)
         curve: dict = {}
         if len(val):
-            Xv, yv, gv = self._layout(val)
-            evals = [(self._dmatrix(Xv, yv, gv), "val")]
-            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.num_boost_round, evals=evals,
-                                evals_result=curve, verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds)
+            vlay = self._layout(val)
+            metric = self._val_metric(vlay)
+            kwargs = {}
+            if metric is not None:
+                name, fn, higher = metric
+                kwargs = {"custom_metric": lambda preds, d: (name, fn(preds)), "maximize": higher}
+            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.num_boost_round,
+                                evals=[(self._dmatrix(vlay), "val")], obj=self._obj(lay), evals_result=curve,
+                                verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds, **kwargs)
             best = int(booster.best_iteration) + 1
             booster = booster[:best]  # keep the best model, not the last one
         else:
-            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.rounds_without_val)
+            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.rounds_without_val,
+                                obj=self._obj(lay))
             best = booster.num_boosted_rounds()
         self.booster = booster
         self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
@@ -219,18 +442,21 @@ class XGBModel(_GBDT):
 
     def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
         """`rounds` more trees on `table` (continued boosting from the current booster)."""
-        X, y, g = self._layout(table)
-        self.booster = xgb.train(self._train_params(), self._dmatrix(X, y, g), num_boost_round=int(rounds),
-                                 xgb_model=self.booster)
+        lay = self._layout(table)
+        self.booster = xgb.train(self._train_params(), self._dmatrix(lay), num_boost_round=int(rounds),
+                                 xgb_model=self.booster, obj=self._obj(lay))
 
-    def predict_arrays(self, records, stores, offsets) -> np.ndarray:
-        return np.asarray(self.booster.inplace_predict(records) if records.shape[0] else np.zeros(0), dtype=np.float64)
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
+        if not X.shape[0]:
+            return np.zeros(0)
+        if self.custom:  # inplace_predict would add base_score as the booster saved it: the same, but be explicit
+            return np.asarray(self.booster.predict(self._dmatrix(X=X)), dtype=np.float64)
+        return np.asarray(self.booster.inplace_predict(X), dtype=np.float64)
 
-    def importance(self) -> pd.Series:
+    def _gain(self) -> pd.Series:
         gain = self.booster.get_score(importance_type="total_gain")
-        by_name = dict(zip(self.names, self.spec.columns))
-        s = pd.Series({by_name[k]: v for k, v in gain.items()}, dtype=float)
-        return s.reindex(self.spec.columns, fill_value=0.0).sort_values(ascending=False)
+        by_name = dict(zip(self.names, self.row_columns))
+        return pd.Series({by_name[k]: v for k, v in gain.items()}, dtype=float)
 
     def save(self, folder: Path) -> None:
         self._save_common(folder)

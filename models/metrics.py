@@ -18,6 +18,10 @@ Over groups of tasks (TenSet's weighted score, e.g. per held-out network):
   top1_score, top5_score   sum(w * best latency) / sum(w * latency of the best of the top-k
                     predicted), averaged over the groups; w = task weight (calls per network).
                     A workspace without networks (the operator suite) is one group.
+
+Top-k figures (peak1, peak5, top1_score, top5_score) count only tasks with at least
+`topk_min_records` evaluated records: the best of 6 records says little about picking the
+best of a design space. `n_tasks_topk` says how many tasks counted.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from scipy import stats
 TASK_METRICS = ("rmse", "r2", "spearman", "kendall", "pair_acc", "peak1", "peak5", "recall32of128", "recall25pct")
 GROUP_METRICS = ("top1_score", "top5_score")
 ALL_METRICS = TASK_METRICS + GROUP_METRICS
+TOPK_METRICS = ("peak1", "peak5", "top1_score", "top5_score")  # counted over tasks with enough records
+#: what a model may early-stop on: its own loss, or `ranking_metric` of the validation part
+STOP_METRICS = ("loss", "peak1", "peak5", "apeak32", "pair_acc")
 
 
 def peak_score(labels: np.ndarray, scores: np.ndarray, k: int) -> float:
@@ -87,6 +94,23 @@ def sampled_topk_recall(labels, scores, sample: int = 128, k: int = 32, draws: i
     return float(np.mean(vals))
 
 
+def ranking_metric(name: str, scores: np.ndarray, labels: np.ndarray, task_codes: np.ndarray) -> float:
+    """Mean over tasks of a ranking metric of `scores` (higher is better): peak1, peak5,
+    apeak32 (the mean of peak score@1..32) or pair_acc."""
+    vals = []
+    for t in np.unique(task_codes):
+        rows = task_codes == t
+        y, s = labels[rows], scores[rows]
+        if name == "pair_acc":
+            v = pairwise_accuracy(y, s)
+        else:
+            curve = peak_curve(y, s, {"peak1": 1, "peak5": 5, "apeak32": 32}[name])
+            v = curve[-1] if name != "apeak32" else curve.mean()
+        if np.isfinite(v):
+            vals.append(v)
+    return float(np.mean(vals)) if vals else float("nan")
+
+
 def _corr(fn, y, s) -> float:
     if len(y) < 2 or np.ptp(y) == 0 or np.ptp(s) == 0:
         return float("nan")
@@ -134,8 +158,8 @@ def weighted_topk_score(frame: pd.DataFrame, k: int) -> float:
 class Evaluation:
     """Metrics of one model on one set of records."""
 
-    per_task: pd.DataFrame  # one row per task: task_id, n, every TASK_METRIC
-    per_group: pd.DataFrame  # one row per group (network): group, n_tasks, top1_score, top5_score
+    per_task: pd.DataFrame  # one row per task: task_id, n, topk (counted), best_s, top1_s, top5_s, every TASK_METRIC
+    per_group: pd.DataFrame  # one row per group (network): group, n_tasks, n_tasks_topk, top1_score, top5_score
     summary: dict[str, float]  # mean over tasks / groups, plus counts
 
     def prefixed(self, prefix: str) -> dict[str, float]:
@@ -143,7 +167,7 @@ class Evaluation:
 
 
 def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, seed: int = 0,
-             members: pd.DataFrame | None = None) -> Evaluation:
+             members: pd.DataFrame | None = None, topk_min_records: int = 0) -> Evaluation:
     """Metrics for the records of `frame` (columns task_id, label, mean_s; weight and group
     unless `members` is given).
 
@@ -152,28 +176,40 @@ def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, s
     best record among the evaluated ones, as TenSet's do. A group is the set of tasks a
     weighted top-k score is taken over (a network; one group where there are no networks);
     `members` (task_id, group, weight) lets a task count in several networks, each with its
-    own weight, else the frame's group and weight columns say it."""
+    own weight, else the frame's group and weight columns say it. Top-k figures count only
+    tasks with at least `topk_min_records` records here (see the module docstring); the
+    per-task table keeps each task's best latency and the latency of its top-1 and top-5
+    picks (best_s, top1_s, top5_s), from which a group's score can be recomputed."""
     if len(frame) != len(scores):
         raise ValueError(f"{len(scores)} scores for {len(frame)} records")
     df = frame[["task_id", "label", "mean_s"]].copy()
     df["score"] = np.asarray(scores, dtype=np.float64)
     if members is None:
         members = frame[["task_id", "group", "weight"]].drop_duplicates(["task_id", "group"])
-    grouped = df.merge(members[["task_id", "group", "weight"]], on="task_id", how="inner")
     rows = []
     for tid, g in df.groupby("task_id", sort=True):
-        m = task_metrics(g["label"].to_numpy(), g["score"].to_numpy(), calibrated=calibrated, seed=seed)
-        rows.append({"task_id": tid, "n": len(g), **m})
-    per_task = pd.DataFrame(rows, columns=["task_id", "n", *TASK_METRICS])
+        y, s, lat = g["label"].to_numpy(), g["score"].to_numpy(), g["mean_s"].to_numpy(dtype=np.float64)
+        m = task_metrics(y, s, calibrated=calibrated, seed=seed)
+        order = np.argsort(-s, kind="stable")
+        rows.append({"task_id": tid, "n": len(g), "topk": len(g) >= topk_min_records, "best_s": lat.min(),
+                     "top1_s": lat[order[:1]].min(), "top5_s": lat[order[:5]].min(), **m})
+    per_task = pd.DataFrame(rows, columns=["task_id", "n", "topk", "best_s", "top1_s", "top5_s", *TASK_METRICS])
+    counted = set(per_task.loc[per_task["topk"], "task_id"])
+    grouped = df[df["task_id"].isin(counted)].merge(members[["task_id", "group", "weight"]], on="task_id", how="inner")
+    all_groups = members.loc[members["task_id"].isin(set(per_task["task_id"])), ["task_id", "group"]]
     grows = []
-    for name, g in grouped.groupby("group", sort=True):
-        grows.append({"group": name, "n_tasks": g["task_id"].nunique(),
-                      "top1_score": weighted_topk_score(g, 1), "top5_score": weighted_topk_score(g, 5)})
-    per_group = pd.DataFrame(grows, columns=["group", "n_tasks", *GROUP_METRICS])
+    for name, g in all_groups.groupby("group", sort=True):
+        sub = grouped[grouped["group"] == name]
+        grows.append({"group": name, "n_tasks": g["task_id"].nunique(), "n_tasks_topk": sub["task_id"].nunique(),
+                      "top1_score": weighted_topk_score(sub, 1), "top5_score": weighted_topk_score(sub, 5)})
+    per_group = pd.DataFrame(grows, columns=["group", "n_tasks", "n_tasks_topk", *GROUP_METRICS])
     summary = {m: _nanmean(per_task[m]) for m in TASK_METRICS}
+    for m in ("peak1", "peak5"):
+        summary[m] = _nanmean(per_task.loc[per_task["topk"], m])
     summary.update({m: _nanmean(per_group[m]) for m in GROUP_METRICS})
     summary["n_records"] = float(len(df))
     summary["n_tasks"] = float(len(per_task))
+    summary["n_tasks_topk"] = float(len(counted))
     summary["n_tasks_recall32of128"] = float(per_task["recall32of128"].notna().sum())
     return Evaluation(per_task, per_group, summary)
 

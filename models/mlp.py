@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from models.base import CostModel, FeatureSpec
+from models.metrics import STOP_METRICS, ranking_metric
 from models.tables import gather_segments
 
 
@@ -108,7 +109,9 @@ class Scaler:
 class MLPModel(CostModel):
     """See the module docstring. Hyperparameters (conf/model/mlp.yaml): loss (lambdarank |
     mse), hidden, lr, weight_decay, batch_size, max_epochs, patience, grad_clip, use_stores,
-    max_seconds (wall-clock cap on fit, 0 = none)."""
+    max_seconds (wall-clock cap on fit, 0 = none), early_stopping_metric (loss: the training
+    loss on the validation part; peak1, peak5, apeak32, pair_acc: that ranking metric of the
+    validation records, as models.gbdt.ranking_metric)."""
 
     name = "mlp"
     library = "mlp"
@@ -117,13 +120,15 @@ class MLPModel(CostModel):
     def __init__(self, spec: FeatureSpec, *, name: str = "", loss: str = "lambdarank", hidden: int = 256,
                  lr: float = 7e-4, weight_decay: float = 1e-6, batch_size: int = 128, max_epochs: int = 100,
                  patience: int = 10, grad_clip: float = 0.5, use_stores: bool = True, max_seconds: float = 0,
-                 seed: int = 0, threads: int = 0):
+                 early_stopping_metric: str = "loss", seed: int = 0, threads: int = 0):
         if loss not in ("lambdarank", "mse"):
             raise ValueError(f"model.loss={loss!r}; valid: lambdarank, mse")
+        if early_stopping_metric not in STOP_METRICS:
+            raise ValueError(f"model.early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
         hyperparams = {"loss": loss, "hidden": int(hidden), "lr": float(lr), "weight_decay": float(weight_decay),
                        "batch_size": int(batch_size), "max_epochs": int(max_epochs), "patience": int(patience),
                        "grad_clip": float(grad_clip), "use_stores": bool(use_stores),
-                       "max_seconds": float(max_seconds or 0)}
+                       "max_seconds": float(max_seconds or 0), "early_stopping_metric": early_stopping_metric}
         use_stores = bool(use_stores) and bool(spec.store_columns)
         # With stores, the record encoder sees only the profiler columns: the static aggregate
         # repeats what the stores already say. (A saved spec is already in this form.)
@@ -136,6 +141,7 @@ class MLPModel(CostModel):
         self.batch_size, self.max_epochs, self.patience = (hyperparams["batch_size"], hyperparams["max_epochs"],
                                                            hyperparams["patience"])
         self.grad_clip, self.max_seconds = hyperparams["grad_clip"], hyperparams["max_seconds"]
+        self.stop_metric = early_stopping_metric
         self.record_scaler = Scaler()
         self.store_scaler = Scaler()
         self.net = None
@@ -200,7 +206,10 @@ class MLPModel(CostModel):
             curve["train_loss"].append(self._epoch(opt, (records, stores, offsets), y_train, codes, rng, scaled=True))
             epochs = epoch + 1
             if val_arrays is not None:
-                v = self._eval_loss(val_arrays, val.labels, val.task_codes, self.batch_size)
+                if self.stop_metric == "loss":
+                    v = self._eval_loss(val_arrays, val.labels, val.task_codes, self.batch_size)
+                else:  # lower is better here: the metric's negative
+                    v = -ranking_metric(self.stop_metric, self._predict_scaled(val_arrays), val.labels, val.task_codes)
                 curve["val_loss"].append(v)
                 if v < best - 1e-9:
                     best, bad = v, 0
@@ -272,13 +281,17 @@ class MLPModel(CostModel):
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         if self.spec.store_columns and stores is None:
             raise ValueError("this MLP reads per-store rows: pass stores and offsets")
+        return self._predict_scaled((records, stores, offsets), scaled=False)
+
+    def _predict_scaled(self, arrays, scaled: bool = True) -> np.ndarray:
+        records, stores, offsets = arrays
         n = records.shape[0]
         out = np.empty(n, dtype=np.float64)
         self.net.eval()
         with torch.no_grad():
             for i in range(0, n, 4096):
                 rows = np.arange(i, min(n, i + 4096))
-                r, s, seg = self._tensors(records, stores, offsets, rows)
+                r, s, seg = self._tensors(records, stores, offsets, rows, scaled=scaled)
                 out[rows] = self.net(r, s, seg).numpy()
         return out
 

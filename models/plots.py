@@ -103,3 +103,31 @@ def compare_chart(table: pd.DataFrame, metrics: list[str]) -> Figure:
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def heldout_chart(table: pd.DataFrame, metric: str) -> Figure:
+    """Grouped bars of `metric` per held-out network (and their mean), one bar per model, with
+    the [min, max] spread of the table (over seeds; over networks for the mean) as error bars."""
+    nets = list(dict.fromkeys(table["heldout"]))
+    models = list(dict.fromkeys(table["model"] + "/" + table["features"]))
+    label = table["model"] + "/" + table["features"]
+    x = np.arange(len(nets))
+    w = 0.8 / max(len(models), 1)
+    fig = Figure(figsize=(max(6.0, 1.2 * len(nets) * max(len(models), 1) / 3), 4.5))
+    ax = fig.subplots()
+    for i, m in enumerate(models):
+        rows = table[label == m].set_index("heldout").reindex(nets)
+        v = rows[metric].astype(float).to_numpy()
+        lo = v - rows.get(f"{metric}_min", rows[metric]).astype(float).to_numpy()
+        hi = rows.get(f"{metric}_max", rows[metric]).astype(float).to_numpy() - v
+        ax.bar(x + i * w - 0.4 + w / 2, np.nan_to_num(v), w, yerr=[np.nan_to_num(lo), np.nan_to_num(hi)],
+               capsize=2, label=m)
+    ax.set_xticks(x)
+    ax.set_xticklabels(nets, fontsize=8)
+    ax.set_ylabel(metric.replace("test_", "test ").replace("_", " "))
+    ax.set_ylim(0, 1.05)
+    ax.set_title("held-out networks: mean over seeds, bars = [min, max]; `mean`: over networks", fontsize=9)
+    ax.legend(fontsize=7, ncol=min(len(models), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -36,6 +36,18 @@ class Split:
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
 
+    @property
+    def heldout(self) -> str:
+        """The held-out networks ("+"-joined) of a by_network split, else "" (the test
+        tasks or records of the other kinds follow from the seed)."""
+        return "+".join(self.info.get("test_networks") or [])
+
+    @property
+    def identity(self) -> tuple[str, str, int]:
+        """(kind, heldout, seed): runs with the same identity share train, val and test parts
+        (on the same workspace), so only their metrics compare like with like."""
+        return self.kind, self.heldout, int(self.seed)
+
 
 def _count(n: int, fraction: float) -> int:
     return int(round(n * fraction))

@@ -12,13 +12,20 @@ validation and test parts (`val_*`, `test_*`), training time and prediction rate
 per-task and per-group metric tables, the model twice (its library's flavor under `native`,
 the pyfunc wrapper under `model`), features.json, and plots.
 
+Runs carry tags model, features, split, heldout (the held-out networks of a by_network split)
+and split_seed: runs with the same (split, heldout, split_seed) share their train, validation
+and test parts, and only their metrics compare like with like.
+
 Registered model `mlflow.registered_model` (default `<workspace>-cost-model`): after each
-training, the run with the highest `mlflow.best_metric` (default test_top1_score, ties
-broken by test_peak5 then test_pair_acc) among this workspace's newest runs of one split
-(`mlflow.best_split`, default the split just trained: scores of different splits come from
-different test records) gets alias `best`, and
+training, among this workspace's newest runs of the split just trained (same split,
+heldout, split_seed), the run with the highest `mlflow.best_metric` gets alias `best`, and
 the best run of each feature set gets `best-<features>` (the tune stage, which can compute
-only static features for unmeasured candidates, asks for `best-static`).
+only static features for unmeasured candidates, asks for `best-static`). The metric must be
+a validation metric (`val_*`, default val_top1_score; ties broken by val_peak5 then
+val_pair_acc): the test part is read for the report only, never to choose (`SelectionError`).
+
+`log_evaluation` logs stage=compare's aggregated tables (leave-one-network-out, by_task over
+seeds, the ablation) as a run tagged stage=compare.
 """
 
 from __future__ import annotations
@@ -40,12 +47,31 @@ from mlflow.models import infer_signature
 from omegaconf import DictConfig, OmegaConf
 
 from models import plots
+from pipeline.core.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-TIEBREAK = ("test_peak5", "test_pair_acc")
+SELECTION_PART = "val_"  # the only part whose metrics may choose a model
+DEFAULT_BEST_METRIC = "val_top1_score"
+TIEBREAK = ("val_peak5", "val_pair_acc")
+SPLIT_KEYS = ("tags.split", "tags.heldout", "tags.split_seed")
 PYFUNC_ENTRY = Path(__file__).resolve().with_name("pyfunc_model.py")
+
+
+class SelectionError(PipelineError):
+    """A model would be chosen with the test part."""
+
+
+def best_metric(cfg) -> str:
+    """`mlflow.best_metric`, refused unless it is a validation metric (`val_*`)."""
+    metric = str(cfg.mlflow.get("best_metric") or DEFAULT_BEST_METRIC)
+    if not metric.startswith(SELECTION_PART):
+        raise SelectionError(
+            f"mlflow.best_metric={metric!r} is not a validation metric: the test part is read once, for the "
+            f"report, and choosing the `best` model with it makes every test figure of that model optimistic. "
+            f"Use a val_* metric, e.g. mlflow.best_metric={DEFAULT_BEST_METRIC} (or val_pair_acc, val_peak5).")
+    return metric
 
 
 def tracking_uri(cfg) -> str:
@@ -130,7 +156,8 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
     exp_id = setup(cfg)
     fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
     run_name = f"{model.name}-{fs}-{split.kind}"
-    tags = {"model": model.name, "features": fs, "split": split.kind, "workspace": cfg.workspace,
+    tags = {"model": model.name, "features": fs, "split": split.kind, "heldout": split.heldout,
+            "split_seed": str(split.seed), "workspace": cfg.workspace,
             "workspace_path": workspace_path(cfg), "input": model.spec.input, "calibrated": str(model.calibrated),
             "flavor": model.flavor, "target_kind": table.spec.target_kind}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
@@ -200,7 +227,8 @@ def _log_models(model, saved: Path, table) -> None:
 
 
 def workspace_runs(cfg) -> pd.DataFrame:
-    """Every finished run of this workspace (its experiment, filtered by workspace path)."""
+    """Every finished training run of this workspace (its experiment, filtered by workspace
+    path; runs of stage=compare and stage=tune carry no model tag and are left out)."""
     mlflow.set_tracking_uri(tracking_uri(cfg))
     path = workspace_path(cfg)
     exp = mlflow.get_experiment_by_name(experiment_name(cfg))
@@ -208,44 +236,57 @@ def workspace_runs(cfg) -> pd.DataFrame:
         return pd.DataFrame()
     runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               output_format="pandas", max_results=50000)
-    if runs.empty or "tags.workspace_path" not in runs.columns:
+    if runs.empty or "tags.workspace_path" not in runs.columns or "tags.model" not in runs.columns:
         return pd.DataFrame()
-    return runs[runs["tags.workspace_path"] == path].reset_index(drop=True)
+    return runs[(runs["tags.workspace_path"] == path) & runs["tags.model"].notna()].reset_index(drop=True)
+
+
+def with_split_tags(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with the split identity columns (empty strings where a run lacks the tag)."""
+    runs = runs.copy()
+    for k in SPLIT_KEYS:
+        runs[k] = runs[k].fillna("").astype(str) if k in runs.columns else ""
+    return runs
 
 
 def latest_per_config(runs: pd.DataFrame) -> pd.DataFrame:
-    """The newest run of each (model, features, split)."""
+    """The newest run of each (model, features, split, heldout, split_seed)."""
     if runs.empty:
         return runs
-    keys = ["tags.model", "tags.features", "tags.split"]
-    return runs.sort_values("start_time", ascending=False).drop_duplicates(keys).reset_index(drop=True)
+    keys = ["tags.model", "tags.features", *SPLIT_KEYS]
+    return with_split_tags(runs).sort_values("start_time", ascending=False).drop_duplicates(keys).reset_index(drop=True)
 
 
 def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    cols = [f"metrics.{m}" for m in (metric, *TIEBREAK) if f"metrics.{m}" in runs.columns]
-    if not cols or f"metrics.{metric}" not in runs.columns:
-        return runs.iloc[0:0]
-    r = runs.dropna(subset=[f"metrics.{metric}"])
-    return r.sort_values(cols + ["start_time"], ascending=[False] * len(cols) + [False])
+    """Runs best first by `metric`, then the tie-breaks, then the newest; a missing value ranks
+    last (a top-k metric is missing where no validation task has enough records, every
+    metric where the validation part has one record per task)."""
+    cols = [f"metrics.{m}" for m in dict.fromkeys((metric, *TIEBREAK)) if f"metrics.{m}" in runs.columns]
+    return runs.sort_values(cols + ["start_time"], ascending=[False] * (len(cols) + 1), na_position="last")
 
 
-def update_aliases(cfg) -> dict[str, str]:
-    """Register the best run (overall and per feature set) and point the aliases at it."""
-    metric = str(cfg.mlflow.get("best_metric") or "test_top1_score")
+def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
+    """Register the best run (overall and per feature set) among the newest runs of the split
+    `split_identity` (Split.identity: kind, heldout, seed) and point the aliases at it."""
+    metric = best_metric(cfg)
     runs = latest_per_config(workspace_runs(cfg))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
         return {}
-    # Scores of different splits come from different test records: compare within one split.
-    split = str(cfg.mlflow.get("best_split") or cfg.split.name)
+    # Runs of other splits were validated on other records: compare within one split.
+    kind, heldout, seed = split_identity
     runs = runs.dropna(subset=["tags.pyfunc_model_uri"])
-    runs = runs[runs["tags.split"] == split]
+    runs = runs[(runs["tags.split"] == kind) & (runs["tags.heldout"] == heldout) & (runs["tags.split_seed"] == str(seed))]
     name = registered_name(cfg)
     client = MlflowClient()
     chosen = {}
     ranked = rank_runs(runs, metric)
     if ranked.empty:
-        log.warning("no run has metric %s: no alias set (mlflow.best_metric)", metric)
         return {}
+    have = [m for m in (metric, *TIEBREAK) if f"metrics.{m}" in ranked.columns and ranked[f"metrics.{m}"].notna().any()]
+    if len(ranked) > 1 and metric not in have:
+        log.warning("no run has %s (too few validation records per task, see train.topk_min_records): `best` is %s",
+                    metric, f"chosen by {have[0]}" if have else "the newest run: the validation part is too small "
+                    "to choose (one record per task); measure more candidates per task")
     chosen["best"] = ranked.iloc[0]
     for fs, g in ranked.groupby("tags.features", sort=True):
         chosen[f"best-{fs}"] = g.iloc[0]
@@ -260,12 +301,19 @@ def update_aliases(cfg) -> dict[str, str]:
             else:
                 mv = mlflow.register_model(row["tags.pyfunc_model_uri"], name,
                                            tags={"model": row["tags.model"], "features": row["tags.features"],
-                                                 "split": row["tags.split"], metric: str(row[f"metrics.{metric}"])})
+                                                 "split": row["tags.split"], "heldout": row["tags.heldout"],
+                                                 "split_seed": row["tags.split_seed"],
+                                                 metric: str(row.get(f"metrics.{metric}", np.nan))})
                 versions[rid] = mv.version
         client.set_registered_model_alias(name, alias, versions[rid])
-        out[alias] = f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']} (v{versions[rid]})"
+        held = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
+        used = next((m for m in (metric, *TIEBREAK) if pd.notna(row.get(f"metrics.{m}", np.nan))), None)
+        why = f"{used} {float(row[f'metrics.{used}']):.3f}" if used else "no validation metric"
+        out[alias] = (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{held} seed "
+                      f"{row['tags.split_seed']} (v{versions[rid]}, {why})")
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
-                                                     f"{metric} (ties: {', '.join(TIEBREAK)}); best-<features> per feature set.")
+                                                     f"{metric} (ties: {', '.join(TIEBREAK)}) among the runs of "
+                                                     f"the last split trained; best-<features> per feature set.")
     return out
 
 
@@ -306,4 +354,20 @@ def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFram
                 for c in first.itertuples(index=False)])
         for p in files.values():
             mlflow.log_artifact(str(p), artifact_path="tune")
+        return run.info.run_id
+
+
+def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict) -> str:
+    """One MLflow run (tag stage=compare) with stage=compare's aggregated tables (MLflow
+    tables, `MlflowClient().load_table`), its report files and the parameters that made them."""
+    exp = setup(cfg)
+    with mlflow.start_run(experiment_id=exp, run_name="compare", tags={"stage": "compare",
+                                                                        "workspace": cfg.workspace,
+                                                                        "workspace_path": workspace_path(cfg)}) as run:
+        mlflow.log_params({k: str(v) for k, v in sorted(params.items())})
+        for name, table in tables.items():
+            if len(table):
+                mlflow.log_table(table, f"{name}.json")
+        for p in files:
+            mlflow.log_artifact(str(p), artifact_path="reports")
         return run.info.run_id

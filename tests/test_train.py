@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -12,11 +15,15 @@ import pandas as pd
 import pytest
 from hydra.errors import MissingConfigException
 
-from models import registry
+from models import registry, tracking
 from models.splits import SplitError
 from models.tables import FeatureSetError, build_table
+from models.tracking import SelectionError
 from pipeline.config import compose, run_stage
-from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.core import schema as S
+from pipeline.core.workspace import Workspace, WorkspaceError, read_table, write_table
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_ROWS = {("lgbm", "static"), ("xgb", "static"), ("mlp", "static"), ("ms_xgb", "static"),
                 ("lgbm", "profiler"), ("xgb", "profiler"), ("mlp", "profiler")}
@@ -28,7 +35,8 @@ def trained(collected_workspace, tmp_path_factory):
     one model of the list gets a per-model override."""
     root, over = collected_workspace
     db = tmp_path_factory.mktemp("mlflow") / "mlflow.db"
-    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}"]
+    # 2 test records per task here: top-k figures over tasks with at least 2
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "train.topk_min_records=2"]
     out = run_stage("train", [*over, "model.lgbm.params.num_leaves=15"])
     report = run_stage("compare", over)
     return root, over, out, report, db
@@ -59,7 +67,10 @@ def test_mlflow_runs_params_artifacts_and_aliases(trained):
     cfg = compose(over)
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[cfg.workspace])
+    assert runs["tags.stage"].tolist().count("compare") == 1  # stage=compare's tables
+    runs = runs[runs["tags.model"].notna()]
     assert len(runs) == len(DEFAULT_ROWS)
+    assert set(runs["tags.heldout"]) == {""} and set(runs["tags.split_seed"]) == {"0"}
     lgbm = runs[(runs["tags.model"] == "lgbm") & (runs["tags.features"] == "static")].iloc[0]
     # the flattened config, the effective model config and the split's seed are params; the
     # per-model override given with model=all reached the model (and only that one)
@@ -141,3 +152,99 @@ def test_unknown_model_and_bad_split(collected_workspace):
         run_stage("train", [*over, "train.models=[lgbm,catboost]"])
     with pytest.raises(SplitError, match="no networks in this workspace.*use split=by_task"):
         run_stage("train", [*over, "model=lgbm", "split=by_network"])
+
+
+def test_best_is_chosen_on_validation_never_on_test(collected_workspace, tmp_path):
+    """`best` reads validation metrics only: the default is one, a test metric is refused before
+    any work, and where validation and test disagree the alias follows validation."""
+    root, over = collected_workspace
+    assert compose(over).mlflow.best_metric.startswith("val_")  # the default selects on validation
+    db = tmp_path / "m.db"
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "features=static", "train.models=[lgbm,xgb]"]
+    with pytest.raises(SelectionError, match="mlflow.best_metric='test_top1_score' is not a validation metric"):
+        run_stage("train", [*over, "mlflow.best_metric=test_top1_score"])
+    assert not db.exists()  # refused before training
+    run_stage("train", over)
+    cfg = compose(over)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=[cfg.workspace]).set_index("tags.model")
+    client = mlflow.MlflowClient()
+    name = f"{cfg.workspace}-cost-model"
+    identity = ("within_task", "", 0)
+    for good, bad in (("lgbm", "xgb"), ("xgb", "lgbm")):
+        # the better model on validation is the worse one on test
+        for model, val, test in ((good, 0.9, 0.1), (bad, 0.5, 1.0)):
+            client.log_metric(runs.loc[model, "run_id"], "val_top1_score", val)
+            client.log_metric(runs.loc[model, "run_id"], "test_top1_score", test)
+        tracking.update_aliases(cfg, identity)
+        assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[good, "run_id"]
+
+
+@pytest.fixture(scope="module")
+def networks_workspace(collected_workspace, tmp_path_factory):
+    """A copy of the collected workspace whose tasks belong to networks, as stage=tasks records a
+    zoo dataset in network_tasks.parquet: netA calls the first task, netB the second, netC the
+    second and the third (a task shared by two networks)."""
+    root, over = collected_workspace
+    data = tmp_path_factory.mktemp("networks")
+    shutil.copytree(root, data / root.name, ignore=shutil.ignore_patterns("reports"))
+    tasks = read_table(data / root.name / "tasks.parquet", S.TASKS).sort_values("name").reset_index(drop=True)
+    calls = {"netA": [0], "netB": [1], "netC": [1, 2]}
+    rows = [dict(network=n, task_id=tasks.task_id[i], name=tasks.name[i], weight=1 + i)
+            for n, ix in calls.items() for i in ix]
+    write_table(pd.DataFrame(rows), S.NETWORK_TASKS, data / root.name / "network_tasks.parquet")
+    over = [o for o in over if not o.startswith("paths.data=")] + [
+        f"paths.data={data}", f"mlflow.tracking_uri=sqlite:///{data / 'mlflow.db'}", "train.topk_min_records=4"]
+    return data / root.name, over, tasks
+
+
+def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
+    """The README's leave-one-network-out commands at test size: a Hydra multirun over held-out
+    networks and seeds, then stage=compare's tables with spreads and its MLflow run."""
+    root, over, tasks = networks_workspace
+    sweep = [sys.executable, "-m", "pipeline", "-m", "stage=train", *over, "split=by_network",
+             "split.test_networks=[netA],[netB]", "seed=0,1", "features=static", "train.models=[lgbm,lgbm_ps]",
+             f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    done = subprocess.run(sweep, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = compose(over)
+    mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
+    runs = mlflow.search_runs(experiment_names=[cfg.workspace])
+    runs = runs[runs["tags.model"].notna()]
+    assert len(runs) == 8
+    assert set(zip(runs["tags.heldout"], runs["tags.split_seed"])) == {("netA", "0"), ("netA", "1"), ("netB", "0"),
+                                                                         ("netB", "1")}
+    # netB's task is also called by netC: its test part is scored for netB alone
+    client = mlflow.MlflowClient()
+    netb = runs[(runs["tags.heldout"] == "netB") & (runs["tags.model"] == "lgbm")].iloc[0]
+    groups = client.load_table(netb["experiment_id"], "test_per_group.json", run_ids=[netb["run_id"]])
+    assert groups["group"].tolist() == ["netB"] and groups["n_tasks_topk"].tolist() == [1]
+    # the alias is chosen among the runs of the last split trained (netB, seed 1)
+    best = client.get_model_version_by_alias(f"{cfg.workspace}-cost-model", "best")
+    assert (best.tags["heldout"], best.tags["split_seed"]) == ("netB", "1")
+
+    out = run_stage("compare", over)
+    assert out["heldout_rows"] == 6 and out["ablation_rows"] == 2
+    table = pd.read_csv(root / "reports" / "heldout.csv", keep_default_na=False, na_values=[""])
+    assert set(zip(table["heldout"], table["model"])) == {(h, m) for h in ("netA", "netB", "mean")
+                                                          for m in ("lgbm", "lgbm_ps")}
+    assert (table["n_seeds"] == 2).all()
+    for model in ("lgbm", "lgbm_ps"):
+        mine = runs[runs["tags.model"] == model]
+        rows = table[table["model"] == model].set_index("heldout")
+        for net in ("netA", "netB"):
+            vals = mine.loc[mine["tags.heldout"] == net, "metrics.test_pair_acc"]
+            assert rows.loc[net, "test_pair_acc"] == pytest.approx(vals.mean())
+            assert (rows.loc[net, "test_pair_acc_min"], rows.loc[net, "test_pair_acc_max"]) == pytest.approx(
+                (vals.min(), vals.max()))
+            assert rows.loc[net, "test_n_tasks_topk"] == 1
+        per_net = rows.loc[["netA", "netB"], "test_top1_score"]
+        assert rows.loc["mean", "test_top1_score"] == pytest.approx(per_net.mean())
+        assert rows.loc["mean", "test_top1_score_min"] == pytest.approx(per_net.min())
+    report = (root / "reports" / "evaluation.md").read_text()
+    assert "## Leave one network out" in report and "## Ablation (ordered by val_top1_score" in report
+    assert report.count("| lgbm_ps ") >= 4 and (root / "reports" / "heldout.png").stat().st_size > 1000
+    logged = mlflow.search_runs(experiment_names=[cfg.workspace], filter_string="tags.stage = 'compare'")
+    assert len(logged) == 1
+    back = client.load_table(logged["experiment_id"].iloc[0], "heldout.json", run_ids=[logged["run_id"].iloc[0]])
+    assert len(back) == 6

@@ -1,8 +1,19 @@
-"""stage=compare: every MLflow run of the workspace side by side.
+"""stage=compare: the workspace's MLflow runs side by side, and aggregated over splits.
 
 Reads the runs with `mlflow.search_runs` (the same store `mlflow ui` shows), keeps the
-newest run of each (model, features, split) unless `compare.latest_only=false`, and writes
-<workspace>/reports/compare.csv, compare.md and compare.png (bars of `compare.chart_metrics`).
+newest run of each (model, features, split, held-out networks, seed) unless
+`compare.latest_only=false`, and writes to <workspace>/reports/:
+
+  compare.csv / .md   one row per run (test part; validation top-1 beside it)
+  evaluation.md       the runs aggregated (models/evaluation.py): leave-one-network-out, one
+                      row per held-out network and model with the spread over seeds and the
+                      mean over networks; every split over its seeds; the ablation, ordered
+                      by the validation metric that chooses (`mlflow.best_metric`)
+  heldout.csv, splits.csv, ablation.csv   the same tables with every column
+  compare.png         mean test metrics per (model, features, split); heldout.png: test top-1
+                      per held-out network with the spread over seeds
+
+The aggregated tables are logged to MLflow as a run tagged stage=compare.
 """
 
 from __future__ import annotations
@@ -12,27 +23,33 @@ import logging
 import numpy as np
 import pandas as pd
 
+from models import evaluation as E
 from models import plots, tracking
 from models.metrics import ALL_METRICS
 from pipeline.core.workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
 
-FIRST = ["model", "features", "split"]
+FIRST = ["model", "features", "split", "heldout", "seed"]
+SHOWN = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pair acc",
+         "test_spearman": "Spearman"}
 
 
 def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per run: model, features, split, every test metric, then val/timing columns."""
-    out = pd.DataFrame({k: runs[f"tags.{k}"] for k in FIRST})
+    """One row per run: model, features, split, heldout, seed, every test metric, then val/timing columns."""
+    runs = tracking.with_split_tags(runs)
+    out = pd.DataFrame({k: runs[f"tags.{k}"] for k in FIRST[:3]})
+    out["heldout"], out["seed"] = runs["tags.heldout"], runs["tags.split_seed"]
     metric_cols = [f"test_{m}" for m in ALL_METRICS] + [f"val_{m}" for m in ("top1_score", "peak1", "pair_acc")] + \
-                  ["train_seconds", "predict_per_s", "n_train", "n_val", "n_test", "test_n_tasks"]
+                  ["train_seconds", "predict_per_s", "n_train", "n_val", "n_test", "test_n_tasks", "test_n_tasks_topk"]
     for m in metric_cols:
         col = f"metrics.{m}"
         out[m] = runs[col].astype(float) if col in runs.columns else np.nan
     out["run_id"] = runs["run_id"]
     out["start_time"] = runs["start_time"]
     order = {"ms_xgb": 1}  # the reference row last within each feature set
-    out = out.assign(_o=out["model"].map(order).fillna(0)).sort_values(["split", "features", "_o", "model"])
+    out = out.assign(_o=out["model"].map(order).fillna(0)).sort_values(["split", "heldout", "seed", "features", "_o",
+                                                                        "model"])
     return out.drop(columns="_o").reset_index(drop=True)
 
 
@@ -48,8 +65,48 @@ def to_markdown(df: pd.DataFrame) -> str:
     return df.map(fmt).to_markdown(index=False, tablefmt="github", disable_numparse=True) + "\n"
 
 
+def _tasks_column(table: pd.DataFrame) -> pd.Series:
+    """"counted / all" test tasks of a row (top-k figures count only the first)."""
+    topk = table.get("test_n_tasks_topk", pd.Series(np.nan, index=table.index))
+    n = table.get("test_n_tasks", pd.Series(np.nan, index=table.index))
+    return pd.Series([f"{a:.0f} / {b:.0f}" if pd.notna(a) and pd.notna(b) else "" for a, b in zip(topk, n)],
+                     index=table.index)
+
+
+def heldout_report(table: pd.DataFrame) -> pd.DataFrame:
+    """The leave-one-network-out table as shown: test metrics with their spread."""
+    shown = E.with_spread(table, list(SHOWN))
+    shown = shown.assign(**{"top-k tasks": _tasks_column(table)})
+    cols = ["heldout", "model", "features", *SHOWN, "top-k tasks", "n_seeds"]
+    return shown[cols].rename(columns={**SHOWN, "heldout": "held out", "n_seeds": "seeds"})
+
+
+def split_report(table: pd.DataFrame) -> pd.DataFrame:
+    shown = E.with_spread(table, list(SHOWN))
+    shown = shown.assign(**{"top-k tasks": _tasks_column(table)})
+    return shown[["split", "model", "features", *SHOWN, "top-k tasks", "n_runs"]].rename(
+        columns={**SHOWN, "n_runs": "runs"})
+
+
+def _models(cfg, table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the models `compare.models` names (null = every model), in that order."""
+    names = cfg.compare.get("models")
+    if table.empty or not names:
+        return table
+    rank = {str(n): i for i, n in enumerate(names)}
+    keep = table[table["model"].isin(list(rank))]
+    keep = keep.assign(_r=keep["model"].map(rank))
+    keys = [c for c in ("split", "features") if c in keep.columns]
+    if "heldout" in keep.columns:
+        keep = keep.assign(_last=keep["heldout"] == E.MEAN)
+        keys += ["_last", "heldout"]
+    keep = keep.sort_values([*keys, "_r"], kind="stable")
+    return keep.drop(columns=[c for c in ("_r", "_last") if c in keep.columns]).reset_index(drop=True)
+
+
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
+    select = tracking.best_metric(cfg)
     runs = tracking.workspace_runs(cfg)
     if runs.empty:
         raise WorkspaceError(
@@ -63,15 +120,51 @@ def run(cfg) -> dict:
     shown = table.drop(columns=["run_id", "start_time"])
     table.to_csv(reports / "compare.csv", index=False)
     (reports / "compare.md").write_text(
-        f"# Cost models of workspace {ws.name}\n\nTest part of each run's split; metrics defined in "
-        f"models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)}.\n\n"
-        + to_markdown(shown))
-    chart = table.assign(run=table["model"] + "/" + table["features"] + "/" + table["split"])
-    plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), reports / "compare.png")
+        f"# Cost models of workspace {ws.name}\n\nTest part of each run's split (val_*: validation part); top-k "
+        f"figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); metrics "
+        f"defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
+        f"{tracking.experiment_name(cfg)}.\n\n" + to_markdown(shown))
+
+    frame = E.run_frame(tracking.with_split_tags(runs))
+    heldout = E.heldout_table(frame)
+    splits = E.split_table(frame)
+    ablation = E.ablation_table(heldout, select)
+    heldout.to_csv(reports / "heldout.csv", index=False)
+    splits.to_csv(reports / "splits.csv", index=False)
+    ablation.to_csv(reports / "ablation.csv", index=False)
+    text = [f"# Evaluation of workspace {ws.name}\n",
+            f"Means with [min, max]: over seeds per held-out network, over held-out networks in the `mean` rows, over "
+            f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
+            f"{cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
+            f"{select} only (the ablation); the test columns are the report.\n"]
+    if len(heldout):
+        text += ["## Leave one network out\n", to_markdown(heldout_report(_models(cfg, heldout)))]
+    if len(splits):
+        text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
+    if len(ablation):
+        text += [f"## Ablation (ordered by {select}, the selection metric)\n", to_markdown(ablation)]
+    (reports / "evaluation.md").write_text("\n".join(text))
+    files = [reports / f for f in ("compare.csv", "compare.md", "evaluation.md", "heldout.csv", "splits.csv",
+                                   "ablation.csv")]
+    if len(splits):
+        chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
+        plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), reports / "compare.png")
+        files.append(reports / "compare.png")
+    if len(heldout):
+        plots.save(plots.heldout_chart(_models(cfg, heldout), "test_top1_score"), reports / "heldout.png")
+        files.append(reports / "heldout.png")
+    run_id = tracking.log_evaluation(cfg, tables={"runs": shown, "heldout": heldout, "splits": splits,
+                                                  "ablation": ablation}, files=files,
+                                     params={"select": select, "topk_min_records": cfg.train.topk_min_records,
+                                             "runs": len(table), "latest_only": cfg.compare.latest_only})
     with pd.option_context("display.width", 250, "display.max_columns", 40):
-        cols = FIRST + [c for c in shown.columns if c.startswith("test_") and c != "test_n_tasks"] + ["train_seconds"]
-        print(f"\nstage=compare, workspace {ws.name}: {len(table)} runs (test part)")
-        print(shown[cols].rename(columns=lambda c: c.replace("test_", "")).to_string(
-            index=False, float_format=lambda v: f"{v:.3f}"))
-        print(f"written: {reports / 'compare.csv'}, compare.md, compare.png")
-    return {"runs": len(table), "report": str(reports / "compare.md")}
+        print(f"\nstage=compare, workspace {ws.name}: {len(table)} runs")
+        if len(heldout):
+            print("leave one network out (test part, mean [min, max] over seeds; mean rows over networks):")
+            print(heldout_report(_models(cfg, heldout)).to_string(index=False))
+        if len(splits):
+            print("every split over its runs (test part):")
+            print(split_report(_models(cfg, splits)).to_string(index=False))
+        print(f"written: {reports / 'evaluation.md'}, compare.md, *.csv, *.png (MLflow run {run_id})")
+    return {"runs": len(table), "report": str(reports / "evaluation.md"), "heldout_rows": len(heldout),
+            "ablation_rows": len(ablation)}

@@ -4,7 +4,10 @@
 feature set of `train.features`; `model=<name>` / `features=<set>` pick one, so a Hydra
 multirun (`-m model=lgbm,xgb features=static,profiler`) gives one run per combination.
 The split is drawn once on all successfully measured records, so every model and feature
-set is trained and tested on the same records (those that have the features).
+set is trained and tested on the same records (those that have the features). Every choice
+(early stopping, the `best` alias) reads the validation part; the test part is scored for the
+report. A leave-one-network-out evaluation is a sweep over `split.test_networks` and `seed`
+that stage=compare aggregates.
 """
 
 from __future__ import annotations
@@ -91,20 +94,34 @@ def train_one(cfg, ws, mcfg: dict, table, split, fcfg: dict | None = None) -> di
     for k in ("val", "test"):
         if len(parts[k]):
             scores = model.predict(parts[k])
-            evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed, members=table.members)
+            evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed,
+                                members=scored_members(table.members, split, k),
+                                topk_min_records=int(cfg.train.topk_min_records))
             preds[k] = (parts[k].frame, scores)
     timing = {"train_seconds": train_s, "predict_per_s": predict_rate(model, parts["test"], int(cfg.train.predict_batch)),
               "n_train": len(parts["train"]), "n_val": len(parts["val"]), "n_test": len(parts["test"])}
     run_id = tracking.log_run(cfg, model=model, table=table, split=split, evals=evals, timing=timing,
                               predictions=preds, model_cfg=mcfg, features_cfg=fcfg or {})
-    t = evals["test"].summary
+    v, t = evals.get("val", evals["test"]).summary, evals["test"].summary
     return {"model": model.name, "features": table.spec.feature_set if model.name not in STATIC_ONLY else "static",
-            "train_s": round(train_s, 2), "top1": t["top1_score"], "peak5": t["peak5"], "pair_acc": t["pair_acc"],
-            "spearman": t["spearman"], "run_id": run_id}
+            "train_s": round(train_s, 2), "val_top1": v["top1_score"], "top1": t["top1_score"], "peak5": t["peak5"],
+            "pair_acc": t["pair_acc"], "spearman": t["spearman"], "topk_tasks": int(t["n_tasks_topk"]),
+            "run_id": run_id}
+
+
+def scored_members(members, split, part: str):
+    """The network memberships a part is scored with: for the test part of a by_network split,
+    only the held-out networks (a held-out task that a training network also calls counts in
+    the held-out network's score, not in a partial score of the training network)."""
+    held = split.info.get("test_networks")
+    if members is None or part != "test" or not held:
+        return members
+    return members[members["group"].isin(held)]
 
 
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
+    tracking.best_metric(cfg)  # a test-part metric for `best` is refused before any work
     models = model_configs(cfg)
     feature_sets = feature_configs(cfg)
     explicit = str(cfg.features.name) != EACH
@@ -146,7 +163,7 @@ def run(cfg) -> dict:
             rows.append(train_one(cfg, ws, mcfg, table, split, fcfg))
     if not rows:
         raise WorkspaceError(f"no model was trained for {ws.root}: " + " | ".join(skipped))
-    aliases = tracking.update_aliases(cfg)
+    aliases = tracking.update_aliases(cfg, split_all.identity)
     _print(rows, aliases, cfg)
     out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
     if "best" in aliases:
@@ -163,7 +180,8 @@ def _restrict(split, table, part_of: dict):
 
 def _print(rows: list[dict], aliases: dict, cfg) -> None:
     df = pd.DataFrame(rows).drop(columns=["run_id"])
-    print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (test part; MLflow: "
+    print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (val_top1: validation part; other "
+          f"figures: test part, top-k over tasks with >= {cfg.train.topk_min_records} test records; MLflow: "
           f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     for alias, what in aliases.items():
