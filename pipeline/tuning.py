@@ -109,8 +109,17 @@ def warm_up(builder, runner, mod, target) -> float:
 
 def quiet_console() -> None:
     """MetaSchedule's console handler takes its logger's level at each tuning call (it resets
-    that level to DEBUG afterwards): keep the console to warnings; its log files keep everything."""
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    that level to DEBUG afterwards): keep the console to warnings; its log files keep everything.
+
+    Its logger config (create_loggers, run at each tuning call) re-declares every handler of
+    its logger by name, so a handler attached there by anyone else (pytest's log capture
+    attaches to every non-propagating logger) makes the call fail ("'NoneType' object has no
+    attribute 'format'"): those are detached first."""
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(ms_log.handlers):
+        if not (handler.get_name() or "").startswith(ms_log.name):
+            ms_log.removeHandler(handler)
+    ms_log.setLevel(logging.WARNING)
     logging.getLogger("mlp_model").setLevel(logging.WARNING)  # MLPModel logs every epoch at INFO
 
 
@@ -288,7 +297,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 e2e.append({"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end})
         except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
             row["error"] = _error_text(e)
-            log.error("tune %s with %s failed: %s", item.name, kind, row["error"])
+            log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
             if kind in drop_on_failure:
                 dropped[kind] = row["error"]
                 log.warning("cost model %s dropped for the rest of this run: %s", kind, row["error"])
