@@ -182,7 +182,9 @@ def held_out(info: dict, tuned: dict[str, str], *, require: bool) -> HeldOut:
     if seen:
         return HeldOut(True, seen, f"{where} was trained on {len(seen)} of the {len(tuned)} tuned tasks: this "
                                    f"measures tuning on tasks it has seen, not transfer.")
-    return HeldOut(True, [], f"{where} was trained on none of the {len(tuned)} tuned tasks (held out).")
+    tested = sum(tid in set(info.get("test_tasks") or []) for tid in tuned.values())
+    return HeldOut(True, [], f"{where} was trained on none of the {len(tuned)} tuned tasks (held out; {tested} of "
+                             f"them are test tasks of its split, the others not in its workspace).")
 
 
 def warmup_note(kinds: list[str], seen_by_xgb: int, warmup: int) -> str | None:

@@ -88,7 +88,7 @@ def test_network_tune_with_held_out_model(trained_store):
     assert out["trials"] == 2 * 2 * 3 * 2  # trials x tasks x cost models x seeds: the same for each
     reports = root / "reports"
     md = (reports / "tune-bert_encoder.md").read_text()
-    assert f"{uri} (split within_task) was trained on none of the 2 tuned tasks (held out)" in md
+    assert f"{uri} (split within_task) was trained on none of the 2 tuned tasks (held out; 0 of them" in md
     assert "Not a comparison" not in md
     summary = pd.read_csv(reports / "tune-bert_encoder.csv")
     net = "bert_encoder (network)"
@@ -267,7 +267,9 @@ def test_held_out_check_reads_the_training_split(collected_workspace):
     info = {"run_id": "r1", "uri": "models:/m@a", "split": "by_task", "workspace_path": str(root),
             "split_known": True, "test_tasks": [ids[0]], "test_networks": []}
     ok = held_out(info, {"T0": ids[0], "new": "0123456789abcdef"}, require=True)
-    assert ok.known and ok.seen == [] and "trained on none of the 2 tuned tasks (held out)" in ok.text
+    assert ok.known and ok.seen == [] and ok.text.endswith(
+        "trained on none of the 2 tuned tasks (held out; 1 of them are test tasks of its split, the others not in "
+        "its workspace).")
     seen = held_out(info, {"T0": ids[0], "T1": ids[1]}, require=False)
     assert seen.seen == ["T1"] and "trained on 1 of the 2 tuned tasks" in seen.text
     with pytest.raises(TuneError, match=r"was trained on 1 of the 2 tuned tasks \(T1\).*split=by_network"):
