@@ -208,8 +208,10 @@ def _uri_run(uri: str):
     return None, None, None
 
 
-def load_training_table(workspace: str | Path, spec: FeatureSpec):
-    """The workspace's training table restricted to `spec`'s columns, or None with the reason."""
+def load_training_table(workspace: str | Path, spec: FeatureSpec, exclude_tasks=()):
+    """The workspace's training table restricted to `spec`'s columns and without the records of
+    `exclude_tasks` (the model's held-out test tasks: a refit must not learn what the model
+    was not trained on), or None with the reason."""
     root = Path(workspace)
     if not root.exists():
         return None, f"workspace {root} is not on this machine"
@@ -224,8 +226,21 @@ def load_training_table(workspace: str | Path, spec: FeatureSpec):
     idx = [table.spec.store_columns.index(c) for c in spec.store_columns]
     stores = table.stores[:, idx] if table.stores is not None and idx else None
     keep = ["record_id", "task_id", "label", *spec.columns]
-    return replace(table, frame=table.frame[keep].copy(), spec=spec, stores=stores,
-                   offsets=table.offsets if stores is not None else None), ""
+    table = replace(table, frame=table.frame[keep].copy(), spec=spec, stores=stores,
+                    offsets=table.offsets if stores is not None else None)
+    if exclude_tasks:
+        table = table.take(np.flatnonzero(~table.frame["task_id"].isin(set(exclude_tasks)).to_numpy()))
+    return table, ""
+
+
+def split_of_run(run_id: str) -> dict:
+    """The split a training run logged (split.json: kind, held-out test tasks and networks);
+    {} when the run has none."""
+    try:
+        return dict(mlflow.artifacts.load_dict(f"runs:/{run_id}/split.json"))
+    except Exception as e:  # noqa: BLE001 - runs logged without it (older runs): no split known
+        log.warning("run %s: no split.json (%s): its held-out tasks are unknown", run_id, type(e).__name__)
+        return {}
 
 
 # ----------------------------------------------------------------------------- the adapter
@@ -255,12 +270,13 @@ class PipelineCostModel(PyCostModel):
     the session's measurements), `update_every` (refit after this many measured batches),
     `update_mode` (auto | union | continue; auto = union when the training data is found),
     `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning), `train_data`
-    (the workspace the model was trained on, for the union mode), `threads`, `source`
-    (where the model came from, for messages)."""
+    (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
+    of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
+    `source` (where the model came from, for messages)."""
 
     def __init__(self, model: CostModel, *, update: bool = False, update_every: int = 2,
                  update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5,
-                 train_data: str | Path | None = None, threads: int = 0, source: str = "",
+                 train_data: str | Path | None = None, exclude_tasks=(), threads: int = 0, source: str = "",
                  info: dict | None = None):
         super().__init__()
         if update_mode not in ("auto", "union", "continue"):
@@ -278,6 +294,7 @@ class PipelineCostModel(PyCostModel):
         self.update_rounds = int(update_rounds)
         self.update_epochs = int(update_epochs)
         self.train_data = str(train_data) if train_data else None
+        self.exclude_tasks = tuple(sorted(exclude_tasks or ()))
         self.threads = int(threads)
         self.info = dict(info or {})
         self.session = _Session()
@@ -308,7 +325,9 @@ class PipelineCostModel(PyCostModel):
         """An MLflow model: `models:/<name>@<alias>`, `models:/<name>/<version>` or `runs:/<id>/model`.
 
         The training workspace recorded with the run (tag workspace_path) becomes
-        `train_data` for the union update mode unless one is given."""
+        `train_data` for the union update mode unless one is given, and the run's held-out
+        test tasks (split.json) `exclude_tasks`, so a refit never trains on them; `info`
+        carries both (`workspace_path`, `split`, `test_tasks`)."""
         if tracking_uri:
             mlflow.set_tracking_uri(tracking_uri)
         run_id, name, version = _uri_run(uri)
@@ -321,6 +340,11 @@ class PipelineCostModel(PyCostModel):
                 feature_plan(FeatureSpec(tags["features"]), uri)  # refuses before the download
             if tags.get("workspace_path"):
                 kwargs.setdefault("train_data", tags["workspace_path"])
+            split = split_of_run(run_id)
+            info["split_known"] = bool(split)
+            info["test_tasks"] = list(split.get("test_tasks") or [])
+            info["test_networks"] = list(split.get("test_networks") or [])
+            kwargs.setdefault("exclude_tasks", info["test_tasks"])
         pyfunc = mlflow.pyfunc.load_model(uri)
         model = pyfunc.unwrap_python_model().model
         kwargs.setdefault("source", uri)
@@ -388,21 +412,27 @@ class PipelineCostModel(PyCostModel):
         """The constructor's settings (all but the model and info)."""
         return {"update": self.update_enabled, "update_every": self.update_every, "update_mode": self.update_mode,
                 "update_rounds": self.update_rounds, "update_epochs": self.update_epochs,
-                "train_data": self.train_data, "threads": self.threads, "source": self.source}
+                "train_data": self.train_data, "exclude_tasks": list(self.exclude_tasks), "threads": self.threads,
+                "source": self.source}
 
-    def copy(self, *, threads: int | None = None) -> "PipelineCostModel":
-        """A fresh adapter with the same model and settings and an empty session, for another
-        tuning run; with online updates on, its own copy of the model, so refits do not leak."""
-        model = self.model.copy() if self.update_enabled else self.model
-        settings = self.settings() if threads is None else {**self.settings(), "threads": int(threads)}
+    def copy(self, *, threads: int | None = None, update: bool | None = None) -> "PipelineCostModel":
+        """A fresh adapter with the same model and settings (`threads`, `update` changed where
+        given) and an empty session, for another tuning run; with online updates on, its own
+        copy of the model, so refits do not leak."""
+        settings = self.settings()
+        if threads is not None:
+            settings["threads"] = int(threads)
+        if update is not None:
+            settings["update"] = bool(update)
+        model = self.model.copy() if settings["update"] else self.model
         return PipelineCostModel(model, info=self.info, **settings)
 
     def load(self, path: str) -> None:
         """Replace this adapter's model, settings and session with those saved in `path`."""
         inner = PipelineCostModel.from_file(path)._inst
         for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
-                  "update_epochs", "train_data", "threads", "source", "info", "session", "n_updates",
-                  "n_refits", "refit_log"):
+                  "update_epochs", "train_data", "exclude_tasks", "threads", "source", "info", "session",
+                  "n_updates", "n_refits", "refit_log"):
             setattr(self, k, getattr(inner, k))
         self._train_table = None
 
@@ -442,7 +472,7 @@ class PipelineCostModel(PyCostModel):
 
     def _training_table(self):
         if self._train_table is None and self.train_data:
-            self._train_table, why = load_training_table(self.train_data, self.model.spec)
+            self._train_table, why = load_training_table(self.train_data, self.model.spec, self.exclude_tasks)
             if self._train_table is None:
                 log.warning("online update: the training data is not usable (%s): continuing from the model", why)
                 self.train_data = None

@@ -1,16 +1,25 @@
 """The cost models of a tuning comparison (stage=tune), made by kind: `create(kind, ...)`.
 
-  ours    the pipeline's model through models.adapter.PipelineCostModel (`load_ours`: the
-          run's `tune.model_uri`, by default the registered model at alias `best`, or
-          `best-static` when `best` was trained on features MetaSchedule cannot give)
-  xgb     MetaSchedule's XGBModel as tune_tir creates it (its defaults: 100 random warm-up
-          predictions before the booster is used, `tune.xgb_warmup`)
-  mlp     MetaSchedule's MLPModel (dropped from the comparison at its first failure: it
-          fails on some TVM builds, see DROP_ON_FAILURE)
-  random  MetaSchedule's RandomModel
+  ours         the pipeline's model through models.adapter.PipelineCostModel (`load_ours`:
+               the run's `tune.model_uri`, by default the registered model at alias `best`,
+               or `best-static` when `best` was trained on features MetaSchedule cannot
+               give); it refits online only with `tune.costmodel.update=true`
+  ours_update  the same model, refit online from the session's measurements
+               (`tune.costmodel.update_*` settings): `ours` with tune.costmodel.update=true,
+               so one comparison can hold the model frozen and updated side by side
+  xgb          MetaSchedule's XGBModel as tune_tir creates it (its defaults: 100 random
+               warm-up predictions before the booster is used, `tune.xgb_warmup`)
+  mlp          MetaSchedule's MLPModel (dropped from the comparison at its first failure:
+               it fails on some TVM builds, see DROP_ON_FAILURE)
+  random       MetaSchedule's RandomModel
 
 Every kind's factory takes the same keyword arguments (seed, threads, ours, xgb_warmup) and
 makes a fresh model for one tuning run.
+
+Two statements every report makes: whether `ours` was trained on any of the tuned tasks
+(`held_out`: its run's training workspace minus the split's held-out test tasks), and
+whether the budget is below XGBModel's warm-up (`warmup_note`: then xgb predicted at
+random and the figures are not a comparison of cost models).
 """
 
 from __future__ import annotations
@@ -21,9 +30,14 @@ import os
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel
 
+from dataclasses import dataclass
+from pathlib import Path
+
 from models import tracking
 from models.adapter import FeatureMismatchError, PipelineCostModel
+from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
+from pipeline.core.workspace import Workspace, read_table
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +45,12 @@ log = logging.getLogger(__name__)
 BASELINE = "xgb"
 #: kinds that leave the comparison at their first failing run instead of failing every run
 DROP_ON_FAILURE = ("mlp",)
+#: kinds that need the pipeline's model (load_ours)
+OURS = ("ours", "ours_update")
+#: the documented comparison (README, "Tuning on a held-out network"), named wherever a run
+#: is too small to be one
+COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=zoo_ops budget=transfer tune.tasks=resnet18 "
+                      "tune.model_uri=models:/zoo_ops-llvm-heldout-resnet18@best-static tune.require_held_out=true")
 
 
 class TuneError(PipelineError):
@@ -41,6 +61,12 @@ def _ours(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostM
     if ours is None:
         raise TuneError("cost model `ours` needs the loaded pipeline model (load_ours)")
     return ours.copy(threads=threads)  # online updates of one run do not leak into the next
+
+
+def _ours_update(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
+    if ours is None:
+        raise TuneError("cost model `ours_update` needs the loaded pipeline model (load_ours)")
+    return ours.copy(threads=threads, update=True)
 
 
 def _xgb(*, threads: int, xgb_warmup: int, **_):
@@ -55,7 +81,7 @@ def _random(*, seed: int, **_):
     return ms.cost_model.RandomModel(seed=seed)
 
 
-KINDS = {"ours": _ours, "xgb": _xgb, "mlp": _mlp, "random": _random}
+KINDS = {"ours": _ours, "ours_update": _ours_update, "xgb": _xgb, "mlp": _mlp, "random": _random}
 
 
 def check_kinds(kinds: list[str]) -> list[str]:
@@ -107,3 +133,68 @@ def load_ours(cfg) -> tuple[PipelineCostModel, str]:
         raise TuneError(f"tune.model_uri={uri}: {type(e).__name__}: {e}. Run `python -m pipeline stage=train` for "
                         f"workspace '{cfg.workspace}' (same mlflow.tracking_uri), or set tune.model_uri / "
                         f"tune.costmodel.path.") from e
+
+
+# ----------------------------------------------------------------------------- what a report must say
+
+
+@dataclass
+class HeldOut:
+    """Whether `ours` was trained on any tuned task."""
+
+    known: bool  # the model's training tasks could be read
+    seen: list[str]  # tuned tasks (names) the model was trained or validated on
+    text: str  # one sentence for the report
+
+
+def training_tasks(info: dict) -> tuple[set[str] | None, str]:
+    """Task ids a model was trained (or early-stopped) on: its run's workspace tasks minus the
+    split's held-out test tasks; None with the reason when that cannot be read here."""
+    if not info.get("run_id"):
+        return None, "it was loaded from a folder, not an MLflow run, so its training tasks are unknown"
+    path = info.get("workspace_path")
+    if not path or not Path(path, "tasks.parquet").exists():
+        return None, f"its training workspace ({path or 'not recorded'}) is not on this machine"
+    if not info.get("split_known"):
+        return None, f"its run {info['run_id']} logged no split.json"
+    tasks = read_table(Workspace(Path(path)).tasks, S.TASKS)
+    return set(tasks["task_id"]) - set(info.get("test_tasks") or []), ""
+
+
+def held_out(info: dict, tuned: dict[str, str], *, require: bool) -> HeldOut:
+    """Check `ours` against the tuned tasks (`tuned`: name -> task id). With `require`
+    (tune.require_held_out), a model trained on a tuned task, or one whose training tasks
+    cannot be read, is refused with the fix."""
+    trained, why = training_tasks(info)
+    where = f"{info.get('uri') or 'ours'} (split {info.get('split') or '?'}"
+    where += f", held-out networks {info['test_networks']})" if info.get("test_networks") else ")"
+    if trained is None:
+        if require:
+            raise TuneError(f"tune.require_held_out=true: cannot check that {where} never saw the tuned tasks: {why}. "
+                            f"Use a model trained here with stage=train, or set tune.require_held_out=false.")
+        return HeldOut(False, [], f"Whether {where} was trained on the tuned tasks is unknown: {why}.")
+    seen = sorted(name for name, tid in tuned.items() if tid in trained)
+    if seen and require:
+        raise TuneError(f"tune.require_held_out=true: {where} was trained on {len(seen)} of the {len(tuned)} tuned "
+                        f"tasks ({', '.join(seen[:5])}). Train one without them, e.g. `python -m pipeline stage=train "
+                        f"split=by_network 'split.test_networks=[<network>]' mlflow.registered_model=<name>`, and "
+                        f"name it in tune.model_uri=models:/<name>@best-static.")
+    if seen:
+        return HeldOut(True, seen, f"{where} was trained on {len(seen)} of the {len(tuned)} tuned tasks: this "
+                                   f"measures tuning on tasks it has seen, not transfer.")
+    tested = sum(tid in set(info.get("test_tasks") or []) for tid in tuned.values())
+    return HeldOut(True, [], f"{where} was trained on none of the {len(tuned)} tuned tasks (held out; {tested} of "
+                             f"them are test tasks of its split, the others not in its workspace).")
+
+
+def warmup_note(kinds: list[str], seen_by_xgb: int, warmup: int) -> str | None:
+    """The statement a run below XGBModel's warm-up must carry (None when the budget is enough).
+
+    `seen_by_xgb`: measured candidates one XGBModel gets in a run (trials per task, or all the
+    tasks' trials when a network's tasks are tuned jointly by one model)."""
+    if BASELINE not in kinds or seen_by_xgb >= warmup:
+        return None
+    return (f"Not a comparison of cost models: XGBModel ({BASELINE}) measures {seen_by_xgb} candidates per run, "
+            f"fewer than its warm-up of {warmup} (tune.xgb_warmup), during which it predicts at random; these "
+            f"figures compare with random search. The comparison: `{COMPARISON_COMMAND}` (README, Tuning on a "
+            f"held-out network).")

@@ -7,16 +7,23 @@ Run table: one row per (task, cost_model, seed) tuning run with wall_s and error
 Summary, in the style of published tuning benchmarks: best latency, GFLOPS, trials,
 tuning minutes, speedup over the baseline (MetaSchedule's XGBModel: baseline latency /
 latency), and the number of trials each cost model needs to reach the best latency the
-baseline reached with its full budget (null = not reached).
+baseline reached with its full budget in the run of the same seed (null = not reached);
+over seeds: the mean, min and max, and how many seeds reached it.
+
+For a network (its tasks tuned jointly), one more row per run: the network, whose latency
+is the weighted sum of its tuned tasks' best latencies (weights = calls), counted in
+trials of all tasks in measurement order; and the end-to-end latency of the whole network
+compiled with each run's database (`end_to_end`, plus the untuned network for reference).
 
 `write` turns a comparison's tables into the report files: <prefix>.csv (summary),
-<prefix>_runs.csv, <prefix>_trials.csv, <prefix>_curves.png, <prefix>.md and, for a network,
-<prefix>_network.csv and <prefix>_network.png.
+<prefix>_runs.csv, <prefix>_trials.csv, <prefix>_reach.csv, <prefix>_curves.png (mean
+line and min/max band over seeds), <prefix>.md and, for a network, <prefix>_network.csv
+(end to end, per seed), <prefix>_e2e.csv (over seeds) and <prefix>_network.png.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,13 +34,19 @@ from models import plots
 
 KEYS = ["task", "cost_model", "seed"]
 # One color per cost model in every figure (ours first).
-COLORS = {"ours": "tab:blue", "xgb": "tab:green", "mlp": "tab:purple", "random": "tab:orange"}
+COLORS = {"ours": "tab:blue", "ours_update": "tab:cyan", "xgb": "tab:green", "mlp": "tab:purple",
+          "random": "tab:orange"}
 ORDER = list(COLORS)
 
 
 def _ordered(names) -> list:
     names = list(dict.fromkeys(names))
     return sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+
+
+def network_label(network: str) -> str:
+    """The task column's value of a network's rows (weighted sum of its tuned tasks)."""
+    return f"{network} (network)"
 
 
 def curves(trials: pd.DataFrame) -> pd.DataFrame:
@@ -60,79 +73,41 @@ def trials_to_reach(curve: pd.DataFrame, target_s: float, tolerance: float = 0.0
     return float(hit["trial"].iloc[0]) if len(hit) else float("nan")
 
 
+def _final(curve: pd.DataFrame) -> float:
+    return float(curve["best_s"].min()) if len(curve) and curve["best_s"].notna().any() else float("nan")
+
+
+def _row(task, cost_model, seed, mine: pd.DataFrame, base: pd.DataFrame, *, n_ok: int, flops: float, wall_s: float,
+         refits, error, baseline: str, tolerance: float) -> dict:
+    """One per-run row from the run's and the baseline's best-so-far curves (columns trial, best_s)."""
+    best, base_best = _final(mine), _final(base)
+    return {
+        "task": task, "cost_model": cost_model, "seed": seed, "trials": int(len(mine)), "valid_trials": n_ok,
+        "best_latency_us": best * 1e6,
+        "gflops": flops / best / 1e9 if best > 0 and np.isfinite(flops) else float("nan"),
+        "tuning_min": wall_s / 60.0,
+        f"speedup_vs_{baseline}": base_best / best if best > 0 else float("nan"),
+        f"trials_to_{baseline}_best": trials_to_reach(mine, base_best, tolerance),
+        "refits": float(refits) if refits is not None and pd.notna(refits) else float("nan"),
+        "error": error,
+    }
+
+
 def per_run(trials: pd.DataFrame, runs: pd.DataFrame, flops: dict, baseline: str = "xgb",
             tolerance: float = 0.0) -> pd.DataFrame:
     """One row per (task, cost_model, seed): best latency, GFLOPS, trials, minutes, speedup, reach."""
     c = curves(trials)
     rows = []
     for _, r in runs.iterrows():
-        key = (r["task"], r["cost_model"], r["seed"])
-        mine = c[(c["task"] == key[0]) & (c["cost_model"] == key[1]) & (c["seed"] == key[2])]
-        base = c[(c["task"] == key[0]) & (c["cost_model"] == baseline) & (c["seed"] == key[2])]
-        best = float(mine["best_s"].min()) if len(mine) and mine["best_s"].notna().any() else float("nan")
-        base_best = float(base["best_s"].min()) if len(base) and base["best_s"].notna().any() else float("nan")
-        n_ok = int(trials[(trials["task"] == key[0]) & (trials["cost_model"] == key[1]) & (trials["seed"] == key[2])]
-                   ["latency_s"].notna().sum())
-        f = float(flops.get(key[0], float("nan")))
-        rows.append({
-            "task": key[0], "cost_model": key[1], "seed": key[2], "trials": int(len(mine)), "valid_trials": n_ok,
-            "best_latency_us": best * 1e6, "gflops": f / best / 1e9 if best > 0 and np.isfinite(f) else float("nan"),
-            "tuning_min": float(r.get("wall_s", float("nan"))) / 60.0,
-            f"speedup_vs_{baseline}": base_best / best if best > 0 else float("nan"),
-            f"trials_to_{baseline}_best": trials_to_reach(mine, base_best, tolerance),
-            "error": r.get("error"),
-        })
+        task, cm, seed = r["task"], r["cost_model"], r["seed"]
+        mine = c[(c["task"] == task) & (c["cost_model"] == cm) & (c["seed"] == seed)]
+        base = c[(c["task"] == task) & (c["cost_model"] == baseline) & (c["seed"] == seed)]
+        n_ok = int(trials[(trials["task"] == task) & (trials["cost_model"] == cm) & (trials["seed"] == seed)]
+                   ["latency_s"].notna().sum()) if len(trials) else 0
+        rows.append(_row(task, cm, seed, mine, base, n_ok=n_ok, flops=float(flops.get(task, float("nan"))),
+                         wall_s=float(r.get("wall_s", float("nan"))), refits=r.get("refits"), error=r.get("error"),
+                         baseline=baseline, tolerance=tolerance))
     return pd.DataFrame(rows)
-
-
-def summary(table: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
-    """Mean over seeds of the per-run table (reach: mean of the seeds that reached it, and how many did)."""
-    if table.empty:
-        return table
-    reach = f"trials_to_{baseline}_best"
-    g = table.groupby(["task", "cost_model"], sort=False)
-    out = g.agg(seeds=("seed", "nunique"), trials=("trials", "max"), valid_trials=("valid_trials", "mean"),
-                best_latency_us=("best_latency_us", "mean"), gflops=("gflops", "mean"),
-                tuning_min=("tuning_min", "mean"), **{f"speedup_vs_{baseline}": (f"speedup_vs_{baseline}", "mean"),
-                                                       reach: (reach, "mean")},
-                reached=(reach, lambda s: int(s.notna().sum()))).reset_index()
-    return out
-
-
-def markdown(df: pd.DataFrame) -> str:
-    """A GitHub markdown table, numbers with 3 significant digits, missing values empty."""
-    if df.empty:
-        return "(no rows)\n"
-    cells = df.astype(object).where(df.notna(), None)  # NaN too is a missing value
-    return cells.to_markdown(index=False, tablefmt="github", floatfmt=".3g", missingval="") + "\n"
-
-
-def plot_curves(trials: pd.DataFrame, title: str, baseline_best: dict | None = None) -> Figure:
-    """Best latency vs trials, one panel per task, one line per cost model (mean over seeds)."""
-    c = curves(trials)
-    tasks = list(dict.fromkeys(c["task"]))
-    n = max(1, len(tasks))
-    cols = min(3, n)
-    rows = int(np.ceil(n / cols))
-    fig = Figure(figsize=(4.6 * cols, 3.4 * rows))
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, task in zip(axes.flat, tasks):
-        sub = c[c["task"] == task]
-        for cm in _ordered(sub["cost_model"]):
-            m = sub[sub["cost_model"] == cm].groupby("trial")["best_s"].mean() * 1e6
-            ax.step(m.index, m.values, where="post", label=cm, color=COLORS.get(cm))
-        if baseline_best and task in baseline_best and np.isfinite(baseline_best[task]):
-            ax.axhline(baseline_best[task] * 1e6, color="grey", ls=":", lw=1, label="xgb's final best")
-        ax.set_title(task, fontsize=9)
-        ax.set_xlabel("trials")
-        ax.set_ylabel("best latency (us)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(tasks):]:
-        ax.axis("off")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
 
 
 def network_curve(trials: pd.DataFrame, weights: dict) -> pd.DataFrame:
@@ -146,20 +121,148 @@ def network_curve(trials: pd.DataFrame, weights: dict) -> pd.DataFrame:
                 best[r.task] = min(best.get(r.task, np.inf), r.latency_s)
             total = sum(weights.get(t, 1) * best[t] for t in best) if len(best) == len(weights) else np.nan
             out.append({"cost_model": cm, "seed": seed, "trial": i, "weighted_s": total})
-    return pd.DataFrame(out)
+    return pd.DataFrame(out, columns=["cost_model", "seed", "trial", "weighted_s"])
 
 
-def plot_network(curve: pd.DataFrame, title: str) -> Figure:
-    fig = Figure(figsize=(5.5, 3.6))
-    ax = fig.subplots()
-    for cm in _ordered(curve["cost_model"]):
-        m = curve[curve["cost_model"] == cm].groupby("trial")["weighted_s"].mean() * 1e3
-        ax.step(m.index, m.values, where="post", label=cm, color=COLORS.get(cm))
-    ax.set_xlabel("trials (all tasks)")
-    ax.set_ylabel("sum of weighted task latencies (ms)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+def network_runs(trials: pd.DataFrame, runs: pd.DataFrame, network: str, weights: dict, flops: dict,
+                 baseline: str = "xgb", tolerance: float = 0.0) -> pd.DataFrame:
+    """One row per (cost_model, seed) for the network as a whole: its weighted latency
+    (network_curve) in place of a task's, trials counted over all its tuned tasks."""
+    curve = network_curve(trials, weights).rename(columns={"weighted_s": "best_s"})
+    total_flops = float(sum(weights.get(t, 1) * f for t, f in flops.items() if t in weights))
+    rows = []
+    for _, r in runs.iterrows():
+        cm, seed = r["cost_model"], r["seed"]
+        mine = curve[(curve["cost_model"] == cm) & (curve["seed"] == seed)]
+        base = curve[(curve["cost_model"] == baseline) & (curve["seed"] == seed)]
+        n_ok = int(trials[(trials["cost_model"] == cm) & (trials["seed"] == seed)]["latency_s"].notna().sum()) \
+            if len(trials) else 0
+        rows.append(_row(network_label(network), cm, seed, mine, base, n_ok=n_ok, flops=total_flops,
+                         wall_s=float(r.get("wall_s", float("nan"))), refits=r.get("refits"), error=r.get("error"),
+                         baseline=baseline, tolerance=tolerance))
+    return pd.DataFrame(rows)
+
+
+def summary(table: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
+    """Over seeds, per (task, cost_model): means, the spread (min, max) of the best latency and
+    of the trials to reach the baseline's best (over the seeds that reached it), and how many
+    seeds reached it."""
+    if table.empty:
+        return table
+    reach = f"trials_to_{baseline}_best"
+    g = table.groupby(["task", "cost_model"], sort=False)
+    out = g.agg(seeds=("seed", "nunique"), trials=("trials", "max"), valid_trials=("valid_trials", "mean"),
+                best_latency_us=("best_latency_us", "mean"), best_latency_us_min=("best_latency_us", "min"),
+                best_latency_us_max=("best_latency_us", "max"), gflops=("gflops", "mean"),
+                tuning_min=("tuning_min", "mean"),
+                **{f"speedup_vs_{baseline}": (f"speedup_vs_{baseline}", "mean"),
+                   reach: (reach, "mean"), f"{reach}_min": (reach, "min"), f"{reach}_max": (reach, "max")},
+                reached=(reach, lambda s: int(s.notna().sum())), refits=("refits", "mean")).reset_index()
+    return out
+
+
+def _spread(mean: float, lo: float, hi: float, digits: str = ".3g") -> str:
+    if not np.isfinite(mean):
+        return ""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or lo == hi:
+        return f"{mean:{digits}}"
+    return f"{mean:{digits}} [{lo:{digits}}, {hi:{digits}}]"
+
+
+def reach_table(table: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
+    """Trials to the baseline's final best as a task x cost model grid of
+    `mean [min, max] (reached/seeds)` (tasks in run order, the network last)."""
+    if table.empty:
+        return pd.DataFrame()
+    reach = f"trials_to_{baseline}_best"
+    cells = table.assign(cell=[
+        f"{_spread(m, lo, hi, '.4g')} ({k}/{n})".strip() if k else f"not reached (0/{n})"
+        for m, lo, hi, k, n in zip(table[reach], table[f"{reach}_min"], table[f"{reach}_max"], table["reached"],
+                                   table["seeds"])])
+    grid = cells.pivot(index="task", columns="cost_model", values="cell")
+    tasks = list(dict.fromkeys(table["task"]))
+    grid = grid.reindex(index=tasks, columns=_ordered(table["cost_model"]))
+    return grid.rename_axis(columns=None).reset_index()
+
+
+def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
+    """Per cost model over seeds: end-to-end latency mean, min, max and speedup over the
+    baseline's mean."""
+    if end_to_end.empty:
+        return end_to_end
+    g = end_to_end.groupby("cost_model", sort=False)
+    out = g.agg(seeds=("seed", "nunique"), trials=("trials", "max"), e2e_latency_ms=("e2e_latency_ms", "mean"),
+                e2e_latency_ms_min=("e2e_latency_ms", "min"), e2e_latency_ms_max=("e2e_latency_ms", "max"),
+                tuning_min=("tuning_min", "mean")).reset_index()
+    base = out.loc[out["cost_model"] == baseline, "e2e_latency_ms"]
+    out[f"speedup_vs_{baseline}"] = float(base.iloc[0]) / out["e2e_latency_ms"] if len(base) else np.nan
+    order = _ordered(out["cost_model"])
+    return out.set_index("cost_model").loc[order].reset_index()
+
+
+def markdown(df: pd.DataFrame) -> str:
+    """A GitHub markdown table, numbers with 3 significant digits, missing values empty."""
+    if df.empty:
+        return "(no rows)\n"
+    cells = df.astype(object).where(df.notna(), None)  # NaN too is a missing value
+    return cells.to_markdown(index=False, tablefmt="github", floatfmt=".3g", missingval="") + "\n"
+
+
+def _band(ax, frame: pd.DataFrame, value: str, cost_model: str, scale: float) -> pd.Series:
+    """Mean line and min/max band over seeds of `value` by trial; returns the mean."""
+    wide = frame.pivot(index="trial", columns="seed", values=value).sort_index().ffill() * scale
+    mean, lo, hi = wide.mean(axis=1, skipna=False), wide.min(axis=1, skipna=False), wide.max(axis=1, skipna=False)
+    n = wide.shape[1]
+    ax.step(mean.index, mean.values, where="post", color=COLORS.get(cost_model), lw=1.4,
+            label=f"{cost_model} (mean of {n} seeds)" if n > 1 else cost_model)
+    if n > 1:
+        ax.fill_between(mean.index, lo.values, hi.values, step="post", color=COLORS.get(cost_model), alpha=0.18, lw=0)
+    return mean
+
+
+def _panel(ax, frame: pd.DataFrame, value: str, scale: float, title: str, ylabel: str, xlabel: str,
+           baseline: str | None) -> None:
+    for cm in _ordered(frame["cost_model"]):
+        _band(ax, frame[frame["cost_model"] == cm], value, cm, scale)
+    if baseline is not None:
+        final = frame[frame["cost_model"] == baseline].groupby("seed")[value].min() * scale
+        if len(final) and np.isfinite(final.mean()):
+            ax.axhline(final.mean(), color="grey", ls=":", lw=1, label=f"{baseline}'s final best (mean)")
+    ax.set_yscale("log")
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+
+
+def plot_curves(trials: pd.DataFrame, title: str, baseline: str | None = "xgb",
+                network: tuple[str, pd.DataFrame] | None = None) -> Figure:
+    """Best latency vs trials, one panel per task (and one for the network, `network` =
+    (name, network_curve)), one mean line and min/max band over seeds per cost model."""
+    c = curves(trials)
+    tasks = list(dict.fromkeys(c["task"]))
+    n = max(1, len(tasks) + (network is not None))
+    cols = min(3, n)
+    rows = int(np.ceil(n / cols))
+    fig = Figure(figsize=(4.6 * cols, 3.4 * rows))
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    for ax, task in zip(axes, tasks):
+        _panel(ax, c[c["task"] == task], "best_s", 1e6, task, "best latency (us)", "trials of this task", baseline)
+    if network is not None:
+        _panel(axes[len(tasks)], network[1], "weighted_s", 1e3, f"{network[0]}: weighted sum of the tuned tasks",
+               "sum of weight x best latency (ms)", "trials (all tuned tasks)", baseline)
+    for ax in axes[n:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_network(curve: pd.DataFrame, title: str, baseline: str | None = "xgb") -> Figure:
+    fig = Figure(figsize=(5.5, 3.8))
+    _panel(fig.subplots(), curve, "weighted_s", 1e3, title, "sum of weight x best latency (ms)",
+           "trials (all tuned tasks)", baseline)
     fig.tight_layout()
     return fig
 
@@ -174,40 +277,59 @@ def network_task_runs(trials: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Report:
-    summary: pd.DataFrame  # mean over seeds per (task, cost_model)
+    summary: pd.DataFrame  # over seeds per (task, cost_model); a network's rows too
     text: str  # the markdown report
     files: dict[str, Path]  # what was written
+    end_to_end: pd.DataFrame = field(default_factory=pd.DataFrame)  # over seeds per cost model (networks)
 
 
 def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dropped: dict, *, folder: Path,
-          prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None, ours_uri: str | None = None,
-          baseline: str = "xgb", tolerance: float = 0.0) -> Report:
-    """The report files of a comparison (see the module docstring) in `folder`."""
+          prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None,
+          ours_uri: str | None = None, baseline: str = "xgb", tolerance: float = 0.0,
+          caveat: str | None = None, notes: list[str] | None = None) -> Report:
+    """The report files of a comparison (see the module docstring) in `folder`. It opens with
+    `caveat` (in bold: what the figures are not) and `notes` (e.g. whether ours saw the tasks)."""
     per_task_runs = runs if network is None else network_task_runs(trials, runs)
     detail = per_run(trials, per_task_runs, flops, baseline, tolerance)
+    curve = None
+    if network is not None:
+        curve = network_curve(trials, weights)
+        detail = pd.concat([detail, network_runs(trials, runs, network, weights, flops, baseline, tolerance)],
+                           ignore_index=True)
     table = summary(detail, baseline)
+    reach = reach_table(table, baseline)
     folder.mkdir(parents=True, exist_ok=True)
     files = {"summary_csv": folder / f"{prefix}.csv", "runs_csv": folder / f"{prefix}_runs.csv",
-             "trials_csv": folder / f"{prefix}_trials.csv"}
+             "trials_csv": folder / f"{prefix}_trials.csv", "reach_csv": folder / f"{prefix}_reach.csv"}
     table.to_csv(files["summary_csv"], index=False)
     detail.to_csv(files["runs_csv"], index=False)
     trials.to_csv(files["trials_csv"], index=False)
-    base_best = curves(trials[trials["cost_model"] == baseline]).groupby("task")["best_s"].min().to_dict() \
-        if len(trials) else {}
-    files["curves_png"] = plots.save(plot_curves(trials, curves_title, base_best), folder / f"{prefix}_curves.png")
-    text = [f"# Tuning: {heading}\n", f"ours = {ours_uri}\n" if ours_uri else "",
-            "\n## Per task (mean over seeds)\n\n", markdown(table)]
-    if network:
-        curve = network_curve(trials, weights)
-        files["network_png"] = plots.save(plot_network(curve, f"{network}: tuning curve"),
+    reach.to_csv(files["reach_csv"], index=False)
+    files["curves_png"] = plots.save(
+        plot_curves(trials, curves_title, baseline, (network, curve) if network is not None else None),
+        folder / f"{prefix}_curves.png")
+    text = [f"# Tuning: {heading}\n\n"]
+    text += [f"> **{caveat}**\n\n"] if caveat else []
+    text += [f"{n}\n\n" for n in notes or []]
+    text += [f"ours = {ours_uri}\n" if ours_uri else "",
+             f"\n## Trials to reach {baseline}'s final best (mean [min, max] over the seeds that reached it; "
+             f"reached/seeds)\n\n", markdown(reach)]
+    e2e = pd.DataFrame()
+    if network is not None:
+        files["network_png"] = plots.save(plot_network(curve, f"{network}: tuning curve", baseline),
                                           folder / f"{prefix}_network.png")
         if len(end_to_end):
             base = end_to_end[end_to_end["cost_model"] == baseline].set_index("seed")["e2e_latency_ms"]
             end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
                 base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
+            e2e = end_to_end_summary(end_to_end, baseline)
         files["network_csv"] = folder / f"{prefix}_network.csv"
         end_to_end.to_csv(files["network_csv"], index=False)
-        text += ["\n## Network end to end\n\n", markdown(end_to_end)]
+        files["e2e_csv"] = folder / f"{prefix}_e2e.csv"
+        e2e.to_csv(files["e2e_csv"], index=False)
+        text += [f"\n## {network} end to end (the whole network compiled with each run's database; untuned = "
+                 f"no record)\n\n", markdown(e2e), "\n### Per seed\n\n", markdown(end_to_end)]
+    text += ["\n## Per task and network (mean over seeds)\n\n", markdown(table)]
     if dropped:
         text += ["\n## Dropped cost models\n\n"] + [f"- {k}: {v}\n" for k, v in dropped.items()]
     errs = runs[runs["error"].notna()] if len(runs) else runs
@@ -215,4 +337,4 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
         text += ["\n## Failed runs\n\n", markdown(errs)]
     files["report_md"] = folder / f"{prefix}.md"
     files["report_md"].write_text("".join(text))
-    return Report(table, "".join(text), files)
+    return Report(table, "".join(text), files, e2e)

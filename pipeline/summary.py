@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import textwrap
 
-def print_summary(cfg, results: dict[str, dict], wall_s: float) -> None:
+#: a stage's result key whose text is a statement about the run, printed in full on its own lines
+NOTE = "note"
+
+
+def summary_lines(cfg, results: dict[str, dict], wall_s: float) -> list[str]:
     lines = [f"workspace {cfg.workspace} ({cfg.paths.data}), wall time {wall_s:.1f} s"]
     for stage, counts in results.items():
-        shown = ", ".join(f"{k} {v}" for k, v in counts.items() if not isinstance(v, (dict, list)))
+        shown = ", ".join(f"{k} {v}" for k, v in counts.items() if k != NOTE and not isinstance(v, (dict, list)))
         lines.append(f"  {stage:<8} {shown}")
-    width = max(len(l) for l in lines)
+        if counts.get(NOTE):
+            lines += textwrap.wrap(f"NOTE: {counts[NOTE]}", width=96, initial_indent=" " * 11,
+                                   subsequent_indent=" " * 17, break_on_hyphens=False, break_long_words=False)
+    return lines
+
+
+def print_summary(cfg, results: dict[str, dict], wall_s: float) -> None:
+    lines = summary_lines(cfg, results, wall_s)
+    width = max(len(line) for line in lines)
     print("=" * width)
     print("\n".join(lines))
     print("=" * width)

@@ -1,9 +1,11 @@
 """Tuning with MetaSchedule: a trial recorder, the comparison loop.
 
-What is tuned is a `TirTask` (tune_tir) or a `Network` (tune_relax, then timed end to end);
-`compare` tunes each with every cost model and seed, on one shared builder
-(`PersistentBuilder`, pipeline/core/builder.py) and runner, and returns the trial, run and
-end-to-end tables (models/tuning_report.py turns them into the report).
+What is tuned is a `TirTask` (tune_tir) or a `Network`: some of its tasks (the heaviest)
+tuned jointly as the network calls them (MetaSchedule's task scheduler, weights = calls),
+then the whole network compiled with the tuning database and timed end to end. `compare`
+tunes each with every cost model and seed, on one shared builder (`PersistentBuilder`,
+pipeline/core/builder.py) and runner, and returns the trial, run and end-to-end tables
+(models/tuning_report.py turns them into the report).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import tvm
 from tqdm import tqdm
@@ -106,8 +109,17 @@ def warm_up(builder, runner, mod, target) -> float:
 
 def quiet_console() -> None:
     """MetaSchedule's console handler takes its logger's level at each tuning call (it resets
-    that level to DEBUG afterwards): keep the console to warnings; its log files keep everything."""
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    that level to DEBUG afterwards): keep the console to warnings; its log files keep everything.
+
+    Its logger config (create_loggers, run at each tuning call) re-declares every handler of
+    its logger by name, so a handler attached there by anyone else (pytest's log capture
+    attaches to every non-propagating logger) makes the call fail ("'NoneType' object has no
+    attribute 'format'"): those are detached first."""
+    ms_log = logging.getLogger("tvm.s_tir.meta_schedule")
+    for handler in list(ms_log.handlers):
+        if not (handler.get_name() or "").startswith(ms_log.name):
+            ms_log.removeHandler(handler)
+    ms_log.setLevel(logging.WARNING)
     logging.getLogger("mlp_model").setLevel(logging.WARNING)  # MLPModel logs every epoch at INFO
 
 
@@ -124,29 +136,48 @@ def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: 
     return recorder.trials, time.perf_counter() - t0, db
 
 
-def tune_network(mod, params: dict, target, work_dir: str, *, cost_model, trials_per_task: int, per_iter: int,
-                 seed: int, strategy: StrategyConfig, builder, runner) -> tuple[list[Trial], float, object]:
-    """One MetaSchedule tuning run of every task of a Relax network (tune_relax)."""
-    n_tasks = len(ms.relax_integration.extract_tasks(mod, target, params))
+SCHEDULERS = ("gradient", "round-robin")
+
+
+def task_scheduler(kind: str, seed: int):
+    """MetaSchedule's task scheduler of `kind` (tune_relax's default: gradient)."""
+    if kind == "gradient":
+        return ms.task_scheduler.GradientBased(seed=seed)
+    if kind == "round-robin":
+        return ms.task_scheduler.RoundRobin()
+    raise ValueError(f"tune.task_scheduler={kind!r}; valid: {', '.join(SCHEDULERS)}")
+
+
+def tune_network_tasks(extracted: list, target, work_dir: str, *, cost_model, trials_per_task: int, per_iter: int,
+                       seed: int, strategy: StrategyConfig, builder, runner, num_threads: int,
+                       scheduler: str = "gradient") -> tuple[list[Trial], float, object]:
+    """One MetaSchedule tuning run of some extracted tasks of a network, jointly: the task
+    scheduler shares the budget (trials_per_task x tasks, at most trials_per_task each) by the
+    tasks' weights, and one cost model serves every task, as tune_relax does."""
     recorder = TrialRecorder()
     quiet_console()
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        extracted, work_dir, strategy=strategy.make(), num_threads=num_threads, seed=seed)
     t0 = time.perf_counter()
-    db = ms.relax_integration.tune_relax(
-        mod, params, target, work_dir, max_trials_global=trials_per_task * n_tasks,
-        max_trials_per_task=trials_per_task, num_trials_per_iter=per_iter, builder=builder, runner=runner,
-        database="json", cost_model=cost_model, measure_callbacks=measure_callbacks(recorder),
-        strategy=strategy.make(), seed=seed)
+    db = ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
+                       max_trials_global=trials_per_task * len(contexts), max_trials_per_task=trials_per_task,
+                       num_trials_per_iter=per_iter, builder=builder, runner=runner, database="json",
+                       cost_model=cost_model, measure_callbacks=measure_callbacks(recorder),
+                       task_scheduler=task_scheduler(scheduler, seed))
     return recorder.trials, time.perf_counter() - t0, db
 
 
-def network_latency(db, mod, params: dict, target, inputs: list, *, number: int = 3, repeat: int = 5) -> float:
-    """Mean seconds of one end-to-end call of the network compiled with the tuning database."""
-    ex = ms.relax_integration.compile_relax(db, mod, target, params or None)
+def network_latency(db, mod, target, inputs: list, *, number: int = 3, repeat: int = 1,
+                    min_repeat_ms: int = 100) -> float:
+    """Mean seconds of one end-to-end call of the network compiled with the tuning database
+    (tasks without a record keep their default schedule), timed with the runner's evaluator
+    settings (number, repeat, min_repeat_ms)."""
+    ex = ms.relax_integration.compile_relax(db, mod, target, None)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     vm["main"](*args)  # warm-up
-    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat)
+    timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return float(timer(*args).mean)
 
 
@@ -165,6 +196,8 @@ class Setup:
     runner: object
     threads: int
     work: Path  # MetaSchedule work dirs go to <work>/<name>/<cost model>-s<seed>
+    evaluator: dict = field(default_factory=dict)  # number, repeat, min_repeat_ms of the runner (end to end)
+    scheduler: str = "gradient"  # a network's task scheduler
 
 
 @dataclass
@@ -196,28 +229,41 @@ class TirTask:
 
 @dataclass
 class Network:
-    """A Relax network (weights bound), tuned end to end (tune_relax), then compiled with the
-    tuning database and timed as a whole on its example inputs."""
+    """A Relax network (weights bound): `tasks` (some of its extracted tasks, `extracted` in the
+    same order) are tuned jointly as the network calls them, then the whole network is
+    compiled with the tuning database and timed on its example inputs."""
 
     name: str
     mod: object  # tvm.IRModule (Relax)
     inputs: list  # numpy arrays
-    tasks: list[TirTask]  # its extracted tasks (name, flops, weight; mod = the first dispatched)
+    tasks: list[TirTask]  # the tuned tasks (name, flops, weight = calls; mod = the first dispatched)
+    extracted: list = field(default_factory=list)  # their ms.ExtractedTask
+    n_tasks: int = 0  # tasks of the whole network
 
     def tune(self, cost_model, seed: int, setup: Setup, work_dir: str) -> RunResult:
-        got, wall, db = tune_network(self.mod, {}, setup.target, work_dir, cost_model=cost_model,
-                                     trials_per_task=setup.trials, per_iter=setup.per_iter, seed=seed,
-                                     strategy=setup.strategy, builder=setup.builder, runner=setup.runner)
-        latency = network_latency(db, self.mod, {}, setup.target, self.inputs)
+        got, wall, db = tune_network_tasks(self.extracted, setup.target, work_dir, cost_model=cost_model,
+                                           trials_per_task=setup.trials, per_iter=setup.per_iter, seed=seed,
+                                           strategy=setup.strategy, builder=setup.builder, runner=setup.runner,
+                                           num_threads=setup.threads, scheduler=setup.scheduler)
+        t0 = time.perf_counter()
+        latency = network_latency(db, self.mod, setup.target, self.inputs, **setup.evaluator)
         return RunResult([asdict(t) for t in got], wall,
-                         {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got)})
+                         {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got),
+                          "tuned_tasks": len(self.tasks), "e2e_s": time.perf_counter() - t0})
+
+    def untuned(self, setup: Setup) -> dict:
+        """The end-to-end row of the network without any tuning record (default schedules)."""
+        latency = network_latency(ms.database.MemoryDatabase(), self.mod, setup.target, self.inputs,
+                                  **setup.evaluator)
+        return {"network": self.name, "cost_model": "untuned", "seed": -1, "e2e_latency_ms": latency * 1e3,
+                "tuning_min": 0.0, "trials": 0, "tuned_tasks": 0}
 
 
 @dataclass
 class Comparison:
     trials: pd.DataFrame  # one row per trial: Trial's columns, cost_model, seed
-    runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, error
-    end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials
+    runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, refits, error
+    end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials, ...
     dropped: dict  # cost model -> the error that dropped it
 
 
@@ -238,16 +284,20 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
         if kind in dropped:
             continue
         log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
-        row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "error": None}
+        row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
+               "error": None}
         try:
-            result = item.tune(make_cost_model(kind, seed), seed, setup, str(setup.work / item.name / f"{kind}-s{seed}"))
+            np.random.seed(seed)  # XGBModel's warm-up predictions draw from numpy's global generator
+            cost_model = make_cost_model(kind, seed)
+            result = item.tune(cost_model, seed, setup, str(setup.work / item.name / f"{kind}-s{seed}"))
             row["wall_s"] = result.wall_s
+            row["refits"] = getattr(cost_model, "n_refits", None)  # online refits (PipelineCostModel keeps a count)
             trials += [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
             if result.end_to_end is not None:
                 e2e.append({"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end})
         except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
             row["error"] = _error_text(e)
-            log.error("tune %s with %s failed: %s", item.name, kind, row["error"])
+            log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
             if kind in drop_on_failure:
                 dropped[kind] = row["error"]
                 log.warning("cost model %s dropped for the rest of this run: %s", kind, row["error"])

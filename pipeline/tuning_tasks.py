@@ -3,8 +3,9 @@
   workspace  the workspace's first `tune.max_tasks` tasks, each tuned on its own
   ops        the operator suite (`tune.suite`, conf/dataset/ops.yaml composed by Hydra;
              `tune.ops` / `tune.configs` pick other operators or shape configs)
-  <network>  a zoo network (resnet18, resnet50, mobilenet_v2, bert_encoder), tuned end to
-             end through Relax and then compiled and timed as a whole
+  <network>  a zoo network (resnet18, resnet50, mobilenet_v2, bert_encoder): its
+             `tune.max_tasks` heaviest tasks (weight x FLOPs, as the network calls them;
+             null = all) tuned jointly, then the whole network compiled and timed
 """
 
 from __future__ import annotations
@@ -62,20 +63,36 @@ def _flops(mod) -> float:
         return float("nan")
 
 
-def network(cfg, name: str) -> tuple[Network, object]:
-    """A zoo network with weights bound, its example inputs and its extracted tasks."""
+def heaviest(tasks: list[TirTask], limit: int | None) -> list[int]:
+    """Positions of the `limit` tasks of largest weight x FLOPs (all when None), heaviest
+    first; a task without a FLOP estimate comes after every task with one."""
+    def load(i: int) -> tuple:
+        w = tasks[i].weight * tasks[i].flops
+        return (0, -w) if w == w else (1, 0.0)  # NaN: no estimate
+    order = sorted(range(len(tasks)), key=load)
+    return order if limit is None else order[: int(limit)]
+
+
+def network(cfg, name: str, limit: int | None = None) -> tuple[Network, object]:
+    """A zoo network with weights bound, its example inputs and its `limit` heaviest tasks."""
     if name not in networks.NETWORKS:
         raise TuneError(f"tune.tasks={name!r}: not `workspace`, `ops` nor a network; networks: "
                         f"{', '.join(networks.NETWORKS)}")
-    options = {"layers": int(cfg.tune.get("bert_layers", 1) or 1)} if name == "bert_encoder" else {}
-    batch, seed = int(cfg.tune.get("batch", 1) or 1), int(cfg.seed)
+    if limit is not None and int(limit) < 1:
+        raise TuneError(f"tune.max_tasks={limit}: tune at least one task of {name} (null = all of them)")
+    t = cfg.tune
+    options = {"layers": int(t.get("bert_layers", 1) or 1), "seq": int(t.get("bert_seq", 128) or 128)} \
+        if name == "bert_encoder" else {}
+    batch, seed = int(t.get("batch", 1) or 1), int(cfg.seed)
     mod = zoo.fuse(zoo.export(name, batch, seed, **options))
     _, example = networks.build(name, batch, seed, **options)
     target = _target(cfg)
     ext = ms.relax_integration.extract_tasks(mod, target)
     tasks = [TirTask(str(x.task_name), zoo.as_main(x.dispatched[0]), _flops(x.dispatched[0]), int(x.weight))
              for x in ext]
-    return Network(name, mod, [x.numpy() for x in example], tasks), target
+    chosen = heaviest(tasks, limit)
+    return Network(name, mod, [x.numpy() for x in example], [tasks[i] for i in chosen], [ext[i] for i in chosen],
+                   len(tasks)), target
 
 
 def choose(cfg, ws: Workspace) -> tuple[list[TirTask] | list[Network], object]:
@@ -87,5 +104,5 @@ def choose(cfg, ws: Workspace) -> tuple[list[TirTask] | list[Network], object]:
         if not tasks:
             raise WorkspaceError(f"tune.tasks={kind}: no task to tune in {ws.root}")
         return tasks, target
-    net, target = network(cfg, kind)
+    net, target = network(cfg, kind, limit)
     return [net], target

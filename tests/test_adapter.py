@@ -129,6 +129,25 @@ def test_union_update_retrains_on_training_data(registry_store):
     assert cm.predict(ctx, cands).dtype == np.float64
 
 
+def test_union_update_leaves_out_held_out_tasks(registry_store):
+    """A refit must not learn the tasks the model was tested on: the run's split.json names
+    them, and the union mode's training table goes without them."""
+    from models.adapter import PipelineCostModel, load_training_table
+
+    root, _, uri, _ = registry_store
+    cm = PipelineCostModel.from_uri(uri, threads=1)
+    info = cm._inst.info
+    assert info["split_known"] and info["split"] == "within_task" and info["test_tasks"] == []
+    spec = cm._inst.model.spec
+    full, _ = load_training_table(root, spec)
+    held = sorted(set(full.frame["task_id"]))[:1]
+    rest, _ = load_training_table(root, spec, exclude_tasks=held)
+    assert len(rest) == int((full.frame["task_id"] != held[0]).sum()) > 0
+    assert held[0] not in set(rest.frame["task_id"])
+    refit = PipelineCostModel.from_uri(uri, threads=1, update=True, exclude_tasks=held).copy()
+    assert refit._inst.exclude_tasks == tuple(held) and len(refit._inst._training_table()) == len(rest)
+
+
 def test_profiler_model_is_refused(registry_store):
     from models.adapter import FeatureMismatchError, PipelineCostModel
 

@@ -1,6 +1,9 @@
-"""stage=tune: a tiny real tuning comparison, and the report's arithmetic."""
+"""stage=tune: tiny real tuning comparisons (tasks; a network's heaviest tasks with a held-out
+model, online update, seeds and end-to-end latency), and the report's arithmetic."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -8,9 +11,16 @@ import pytest
 
 from pipeline.config import run_stage
 
-TINY = ["tune.max_tasks=1", "tune.trials=8", "tune.per_iter=8", "tune.cost_models=[ours,random]",
-        "tune.strategy.population_size=32", "tune.strategy.init_min_unmeasured=16", "tune.runner.min_repeat_ms=10",
-        "tune.strategy.genetic_num_iters=2"]
+SEARCH = ["tune.strategy.population_size=32", "tune.strategy.init_min_unmeasured=16", "tune.runner.min_repeat_ms=10",
+          "tune.strategy.genetic_num_iters=2"]
+TINY = ["tune.max_tasks=1", "tune.trials=8", "tune.per_iter=8", "tune.cost_models=[ours,xgb,random]", *SEARCH]
+# The smaller variant of the held-out network experiment (README, Tuning on a held-out
+# network): a one-layer BERT encoder over 16 tokens, its 2 heaviest tasks, 2 trials each,
+# 2 seeds, the cost models of budget=transfer but random (the tiny tune above runs it); xgb's
+# warm-up shortened so that its booster runs.
+NETWORK = ["tune.tasks=bert_encoder", "tune.bert_layers=1", "tune.bert_seq=16", "tune.max_tasks=2", "tune.trials=2",
+           "tune.per_iter=2", "tune.seeds=[0,1]", "tune.cost_models=[ours,ours_update,xgb]",
+           "tune.xgb_warmup=2", "tune.costmodel.update_every=1", "tune.require_held_out=true", *SEARCH]
 
 
 @pytest.fixture(scope="module")
@@ -23,29 +33,88 @@ def trained_store(collected_workspace, tmp_path_factory):
     return root, over, db
 
 
-def test_tiny_tune_ours_vs_random(trained_store):
+def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     import mlflow
 
+    from models.tuning_models import COMPARISON_COMMAND
+    from pipeline.config import compose
     from pipeline.core import schema as S
     from pipeline.core.workspace import read_table
+    from pipeline.summary import print_summary
 
     root, over, db = trained_store
     out = run_stage("tune", [*over, *TINY])
-    assert out["runs"] == 2 and out["failed_runs"] == 0 and out["trials"] == 16
+    assert out["runs"] == 3 and out["failed_runs"] == 0 and out["trials"] == 24
     trials = read_table(root / "tune_trials", S.TUNE_TRIALS)
-    assert set(trials["cost_model"]) == {"ours", "random"}
-    assert trials.groupby("cost_model")["trial"].max().to_dict() == {"ours": 8, "random": 8}
+    assert set(trials["cost_model"]) == {"ours", "xgb", "random"}
+    assert trials.groupby("cost_model")["trial"].max().to_dict() == {"ours": 8, "xgb": 8, "random": 8}
     assert trials["latency_s"].notna().sum() > 0
     summary = pd.read_csv(root / "reports" / "tune.csv")
-    assert list(summary["cost_model"]) == ["ours", "random"]
+    assert list(summary["cost_model"]) == ["ours", "xgb", "random"]
     assert (summary["best_latency_us"] > 0).all() and (summary["tuning_min"] > 0).all()
-    for name in ("tune.md", "tune_curves.png", "tune_runs.csv", "tune_trials.csv"):
+    for name in ("tune.md", "tune_curves.png", "tune_runs.csv", "tune_trials.csv", "tune_reach.csv"):
         assert (root / "reports" / name).stat().st_size > 0
+    # 8 trials < XGBModel's warm-up of 100: the report, the result and the summary say so
+    md = (root / "reports" / "tune.md").read_text()
+    assert md.splitlines()[2].startswith("> **Not a comparison of cost models: XGBModel (xgb) measures 8 candidates")
+    assert COMPARISON_COMMAND in md and out["note"] in md
+    assert "was trained on 1 of the 1 tuned tasks" in md  # the default model saw the workspace's tasks
+    capsys.readouterr()
+    print_summary(compose(over), {"tune": out}, 1.0)
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "NOTE: Not a comparison of cost models" in printed and COMPARISON_COMMAND in printed
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.stage = 'tune'")
     assert len(runs) == 1 and runs["tags.ours_uri"].iloc[0].endswith("@best")
+    assert runs["tags.comparison"].iloc[0] == "no: below xgb's warm-up"
     art = mlflow.MlflowClient().list_artifacts(runs["run_id"].iloc[0], "tune")
     assert {"tune.md", "tune_curves.png"} <= {a.path.split("/")[-1] for a in art}
+
+
+def test_network_tune_with_held_out_model(trained_store):
+    """The held-out network experiment end to end at the smallest size: a model registered
+    under a configured name, refused if it saw a tuned task, frozen and updated online, two
+    seeds with spreads, trials to xgb's best per task and for the network, end-to-end latency."""
+    import mlflow
+
+    from models.tuning_models import TuneError
+
+    root, over, db = trained_store
+    name = f"{root.name}-heldout"  # named through config, as the README's command does
+    run_stage("train", [*over, "model=lgbm", "features=static", f"mlflow.registered_model={name}"])
+    uri = f"models:/{name}@best-static"
+    out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}"])
+    assert out["tasks"] == 2 and out["runs"] == 6 and out["failed_runs"] == 0 and "note" not in out
+    assert out["trials"] == 2 * 2 * 3 * 2  # trials x tasks x cost models x seeds: the same for each
+    reports = root / "reports"
+    md = (reports / "tune-bert_encoder.md").read_text()
+    assert f"{uri} (split within_task) was trained on none of the 2 tuned tasks (held out; 0 of them" in md
+    assert "Not a comparison" not in md
+    summary = pd.read_csv(reports / "tune-bert_encoder.csv")
+    net = "bert_encoder (network)"
+    assert len(set(summary["task"]) - {net}) == 2 and net in set(summary["task"])
+    assert (summary["seeds"] == 2).all() and (summary.loc[summary["task"] == net, "trials"] == 4).all()
+    assert (summary["best_latency_us_min"] <= summary["best_latency_us"]).all()
+    assert (summary["best_latency_us"] <= summary["best_latency_us_max"]).all()
+    by = summary.set_index(["task", "cost_model"])
+    assert by.loc[(net, "xgb"), "reached"] == 2  # xgb reaches its own final best in every seed
+    assert by.loc[(net, "ours_update"), "refits"] >= 1 and np.isnan(by.loc[(net, "xgb"), "refits"])
+    assert by.loc[(net, "ours"), "refits"] == 0
+    reach = pd.read_csv(reports / "tune-bert_encoder_reach.csv")
+    assert list(reach.columns) == ["task", "ours", "ours_update", "xgb"] and reach["task"].iloc[-1] == net
+    e2e = pd.read_csv(reports / "tune-bert_encoder_e2e.csv")
+    assert list(e2e["cost_model"]) == ["ours", "ours_update", "xgb", "untuned"]
+    assert (e2e["e2e_latency_ms"] > 0).all() and (e2e.loc[e2e["cost_model"] != "untuned", "seeds"] == 2).all()
+    per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv")
+    assert len(per_seed) == 7 and (per_seed.loc[per_seed["cost_model"] != "untuned", "tuned_tasks"] == 2).all()
+    for f in ("tune-bert_encoder_curves.png", "tune-bert_encoder_network.png"):
+        assert (reports / f).stat().st_size > 0
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.`tune.tasks` = 'bert_encoder'")
+    assert len(runs) == 1 and runs["tags.comparison"].iloc[0] == "yes"
+    # a model that saw a tuned task is refused before any tuning
+    with pytest.raises(TuneError, match="was trained on 1 of the 1 tuned tasks"):
+        run_stage("tune", [*over, *TINY, "tune.require_held_out=true", f"tune.model_uri={uri}"])
 
 
 def test_tune_refuses_profiler_model_uri(trained_store):
@@ -79,6 +148,44 @@ def test_report_curves_and_reach():
     assert R.batch_curves(trials).groupby("cost_model")["batch"].max().to_dict() == {"ours": 2, "random": 2, "xgb": 2}
 
 
+def test_report_spread_over_seeds_and_network_rows():
+    """Two seeds, two tasks of a network: spreads, reach per seed, the weighted network curve."""
+    from models import tuning_report as R
+
+    # per (cost model, seed): latencies of task A and B in measurement order (A, B, A, B)
+    lat = {("xgb", 0): [4.0, 2.0, 3.0, 1.0], ("xgb", 1): [5.0, 2.0, 4.0, 2.0],
+           ("ours", 0): [3.0, 1.0, 3.5, 1.5], ("ours", 1): [6.0, 3.0, 5.0, 3.0]}
+    rows = [{"task": "AB"[i % 2], "cost_model": cm, "seed": seed, "trial": i // 2 + 1, "batch": 1, "latency_s": v,
+             "elapsed_s": float(i)} for (cm, seed), vs in lat.items() for i, v in enumerate(vs)]
+    trials = pd.DataFrame(rows)
+    weights, flops = {"A": 2, "B": 1}, {"A": 1e9, "B": 1e9}
+    curve = R.network_curve(trials, weights)
+    x0 = curve[(curve["cost_model"] == "xgb") & (curve["seed"] == 0)]["weighted_s"].tolist()
+    assert np.isnan(x0[0]) and x0[1:] == [10.0, 8.0, 7.0]  # 2*4+2, 2*3+2, 2*3+1
+    runs = pd.DataFrame([{"task": "net", "cost_model": cm, "seed": seed, "wall_s": 60.0, "error": None}
+                         for cm, seed in lat])
+    net = R.network_runs(trials, runs, "net", weights, flops).set_index(["cost_model", "seed"])
+    assert net.loc[("ours", 0), "best_latency_us"] == 7e6 and net.loc[("ours", 0), "trials_to_xgb_best"] == 2
+    assert np.isnan(net.loc[("ours", 1), "trials_to_xgb_best"])  # 16 never reaches xgb's 10 in seed 1
+    assert net.loc[("xgb", 0), "gflops"] == pytest.approx(3e9 / 7.0 / 1e9)
+    table = pd.concat([R.per_run(trials, R.network_task_runs(trials, runs), flops), net.reset_index()],
+                      ignore_index=True)
+    s = R.summary(table).set_index(["task", "cost_model"])
+    assert s.loc[("A", "ours"), "best_latency_us"] == pytest.approx(4e6)  # mean of 3 and 5
+    assert (s.loc[("A", "ours"), "best_latency_us_min"], s.loc[("A", "ours"), "best_latency_us_max"]) == (3e6, 5e6)
+    assert s.loc[("net (network)", "ours"), "reached"] == 1 and s.loc[("net (network)", "xgb"), "reached"] == 2
+    grid = R.reach_table(R.summary(table)).set_index("task")
+    assert list(grid.columns) == ["ours", "xgb"] and grid.index[-1] == "net (network)"
+    assert grid.loc["net (network)", "ours"] == "2 (1/2)" and grid.loc["net (network)", "xgb"] == "3.5 [3, 4] (2/2)"
+    assert grid.loc["B", "ours"] == "1 (1/2)"
+    e2e = pd.DataFrame([{"network": "net", "cost_model": cm, "seed": seed, "e2e_latency_ms": v, "tuning_min": 1.0,
+                         "trials": 4} for (cm, seed), v in {("xgb", 0): 10.0, ("xgb", 1): 12.0, ("ours", 0): 8.0,
+                                                             ("ours", 1): 14.0}.items()])
+    es = R.end_to_end_summary(e2e).set_index("cost_model")
+    assert es.loc["ours", "e2e_latency_ms"] == 11.0 and es.loc["ours", "e2e_latency_ms_min"] == 8.0
+    assert es.loc["ours", "speedup_vs_xgb"] == pytest.approx(1.0) and list(es.index) == ["ours", "xgb"]
+
+
 def test_report_markdown_and_files(tmp_path):
     from models import tuning_report as R
 
@@ -91,7 +198,7 @@ def test_report_markdown_and_files(tmp_path):
                                                         "wall_s": float("nan"), "error": "ValueError: boom"}])
     report = R.write(trials, runs, pd.DataFrame(), {"mlp": "ValueError: boom"}, folder=tmp_path, prefix="tune",
                      heading="ws, workspace", curves_title="curves", flops={"T": 1e6}, weights={"T": 1})
-    lines = report.text.split("## Per task (mean over seeds)")[1].split("##")[0].strip().splitlines()
+    lines = report.text.split("## Per task and network (mean over seeds)")[1].split("##")[0].strip().splitlines()
     head, *rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
     assert len(rows) == 1 + 3 and all(set(c) <= set("-:") for c in rows[0])  # separator + 3 cost models
     by = {r[head.index("cost_model")]: dict(zip(head, r)) for r in rows[1:]}
@@ -99,7 +206,7 @@ def test_report_markdown_and_files(tmp_path):
     assert by["ours"]["best_latency_us"] == "1.5e+03" and by["ours"]["speedup_vs_xgb"] == "0.667"
     assert by["mlp"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
     assert "## Dropped cost models" in report.text and "- mlp: ValueError: boom" in report.text
-    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "curves_png", "report_md"}
+    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "report_md"}
     assert all(p.stat().st_size > 0 for p in report.files.values())
 
 
@@ -110,10 +217,12 @@ def test_cost_model_kinds():
 
     assert isinstance(tuning_models.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
     assert isinstance(tuning_models.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
-    with pytest.raises(tuning_models.TuneError, match=r"unknown \['catboost'\]; valid: ours, xgb, mlp, random"):
+    with pytest.raises(tuning_models.TuneError,
+                       match=r"unknown \['catboost'\]; valid: ours, ours_update, xgb, mlp, random"):
         tuning_models.create("catboost", seed=0, threads=1)
-    with pytest.raises(tuning_models.TuneError, match="needs the loaded pipeline model"):
-        tuning_models.create("ours", seed=0, threads=1)
+    for kind in tuning_models.OURS:
+        with pytest.raises(tuning_models.TuneError, match=f"`{kind}` needs the loaded pipeline model"):
+            tuning_models.create(kind, seed=0, threads=1)
 
 
 def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
@@ -137,3 +246,49 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
     assert out.runs["error"].iloc[1] == "ValueError: to concatenate"
     assert out.dropped == {"mlp": "ValueError: to concatenate"} and len(out.trials) == 2
     assert out.end_to_end[["network", "cost_model", "seed"]].values.tolist() == [["net", "xgb", 0], ["net", "xgb", 1]]
+
+
+def test_heaviest_tasks_by_weight_times_flops():
+    from pipeline.tuning import TirTask
+    from pipeline.tuning_tasks import heaviest
+
+    tasks = [TirTask("a", None, 1e9, 1), TirTask("b", None, 1e8, 20), TirTask("c", None, float("nan"), 9),
+             TirTask("d", None, 5e8, 3)]
+    assert heaviest(tasks, 2) == [1, 3] and heaviest(tasks, None) == [1, 3, 0, 2]
+
+
+def test_held_out_check_reads_the_training_split(collected_workspace):
+    from models.tuning_models import TuneError, held_out
+    from pipeline.core import schema as S
+    from pipeline.core.workspace import read_table
+
+    root, _ = collected_workspace
+    ids = list(read_table(root / "tasks.parquet", S.TASKS)["task_id"])
+    info = {"run_id": "r1", "uri": "models:/m@a", "split": "by_task", "workspace_path": str(root),
+            "split_known": True, "test_tasks": [ids[0]], "test_networks": []}
+    ok = held_out(info, {"T0": ids[0], "new": "0123456789abcdef"}, require=True)
+    assert ok.known and ok.seen == [] and ok.text.endswith(
+        "trained on none of the 2 tuned tasks (held out; 1 of them are test tasks of its split, the others not in "
+        "its workspace).")
+    seen = held_out(info, {"T0": ids[0], "T1": ids[1]}, require=False)
+    assert seen.seen == ["T1"] and "trained on 1 of the 2 tuned tasks" in seen.text
+    with pytest.raises(TuneError, match=r"was trained on 1 of the 2 tuned tasks \(T1\).*split=by_network"):
+        held_out(info, {"T0": ids[0], "T1": ids[1]}, require=True)
+    folder = {"uri": "/some/folder"}
+    assert not held_out(folder, {"T0": ids[0]}, require=False).known
+    with pytest.raises(TuneError, match="loaded from a folder, not an MLflow run"):
+        held_out(folder, {"T0": ids[0]}, require=True)
+    with pytest.raises(TuneError, match="is not on this machine"):
+        held_out({**info, "workspace_path": "/nowhere/ws"}, {"T0": ids[0]}, require=True)
+
+
+def test_warmup_note_and_the_documented_comparison():
+    from models.tuning_models import COMPARISON_COMMAND, warmup_note
+
+    assert warmup_note(["ours", "random"], 8, 100) is None  # no xgb: nothing claimed about it
+    assert warmup_note(["ours", "xgb"], 640, 100) is None
+    note = warmup_note(["ours", "xgb"], 32, 100)
+    assert note.startswith("Not a comparison of cost models: XGBModel (xgb) measures 32 candidates per run, "
+                           "fewer than its warm-up of 100") and COMPARISON_COMMAND in note
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert COMPARISON_COMMAND in " ".join(readme.split())  # the README documents that very command
