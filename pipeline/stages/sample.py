@@ -81,7 +81,10 @@ def strategies_of(cfg) -> list[str]:
 def draw_task(mod, target, n: int, strategy: str, seed: int) -> tuple[list, str | None]:
     """(schedules, error) of one task and strategy: the stage's per-item work."""
     try:
-        schs = draw_candidates(mod, target, n, strategy, seed, target.attrs.get("num-cores", 1) or 1)
+        # One thread: MetaSchedule hands candidates to its threads dynamically, each thread with
+        # its own random state, so more threads draw other candidates from run to run. The
+        # executor samples several tasks at once instead.
+        schs = draw_candidates(mod, target, n, strategy, seed, num_threads=1)
         return schs, None if schs else "the design space produced no candidate"
     except Exception as e:  # noqa: BLE001 - a task whose space cannot be generated is a row
         return [], f"{type(e).__name__}: {e}"
