@@ -95,27 +95,28 @@ def test_failing_build_becomes_an_error_row(measured_workspace):
     cands = read_table(root / "candidates", S.CANDIDATES)
     trace = json.loads(cands["trace_json"].dropna().iloc[0])
     trace[0][0] = ["GetSBlock", [], ["no_such_block", "main"], ["b0"]]  # names a block that does not exist
-    row = build_record(dict(record_id="r", task_id="t", trace=trace, workload=wl,
-                         target={"kind": "llvm"}, artifact="lib/r.so", artifact_abs=str(root / "lib" / "r.so")))
+    row = build_record(dict(record_id="r", task_id="t", trace=trace, workload=wl, target={"kind": "llvm"},
+                            artifact="lib/r.so"), str(root))
     assert row["error"].startswith("build: ") and row.get("artifact") is None
 
 
-def test_build_past_the_timeout_becomes_an_error_row(measured_workspace):
-    from pipeline.core.builder import PersistentBuilder
+def test_build_past_the_timeout_becomes_an_error_row(measured_workspace, tmp_path):
+    from pipeline.core.builder import build_record
+    from pipeline.core.executor import LocalExecutor
+    from pipeline.stages.replay import failed_build
 
     root, _ = measured_workspace
     ws = Workspace(root)
     wl = D.read_workload_lines(ws)[0]
     traces = read_table(root / "candidates", S.CANDIDATES)["trace_json"].dropna().iloc[:1]
     jobs = [dict(record_id=f"r{i}", task_id="t", trace=json.loads(t), workload=wl, target={"kind": "llvm"},
-                 artifact=f"lib/r{i}.so", artifact_abs=str(root / "lib" / f"timeout-r{i}.so"))
-            for i, t in enumerate(traces)]
-    builder = PersistentBuilder(max_workers=1, timeout_sec=0.0, preload_intrinsics=False)
-    try:
-        rows = [r for batch in builder.build_records(jobs) for r in batch]
-    finally:
-        builder.close()
-    assert rows == [dict(record_id="r0", task_id="t", error="build: timeout: not built within 0 s")]
+                 artifact=f"lib/r{i}.so") for i, t in enumerate(traces)]
+    (tmp_path / "lib").mkdir()
+    with LocalExecutor(workers=1) as executor:
+        rows = [r for batch in executor.map(build_record, jobs, root=tmp_path, failed=failed_build, timeout_s=0.0)
+                for r in batch]
+    assert rows == [dict(record_id="r0", task_id="t", error="build: timeout: not finished within 0 s")]
+    assert not (tmp_path / "lib" / "r0.so").exists()
 
 
 def test_both_strategies_draw_distinct_records(tmp_path):

@@ -261,6 +261,11 @@ class NcuProfiler:
     def tables(self) -> tuple[Table, Table]:
         return ncu_tables(self.section_set)
 
+    @property
+    def batch_size(self) -> int:
+        """Kernels per ncu invocation (the collect stage's executor job)."""
+        return self.options.batch_size
+
     def profile(self, jobs: list[dict], errors: list[dict], *, root, write, progress=None) -> dict:
         """Profile `jobs` (record_id, task_id, artifact, args); `write(table, rows, schema)` gets
         each invocation's rows, `errors` (rows of records that cannot run) first."""

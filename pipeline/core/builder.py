@@ -1,5 +1,6 @@
-"""Builds in long-lived worker processes: MetaSchedule's Builder for tuning, and the replay
-of recorded traces into exported kernels (`lib/<record_id>.so`).
+"""Builds: MetaSchedule's Builder for tuning in long-lived worker processes, and the replay
+of one recorded trace into an exported kernel (`lib/<record_id>.so`), the per-item work
+that stage=replay hands to its executor (pipeline/core/executor.py).
 
 Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
 every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
@@ -15,10 +16,9 @@ becomes an error result and nothing else is lost.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import time
-from typing import Iterator
+from pathlib import Path
 
 import tvm
 from tvm.ir.utils import derived_object
@@ -28,14 +28,9 @@ from tvm.s_tir.meta_schedule.builder import local_builder as lb
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from pipeline.core import database as D
+from pipeline.core.executor import RECYCLE_AFTER
 from pipeline.core.harness import short_error
 from pipeline.core.tvm_compat import preload_tensor_intrin
-
-# Builds a worker process serves before it is replaced (the worker memory growth that
-# makes LocalBuilder restart its pool every batch).
-RECYCLE_AFTER = 1024
-# Seconds between two looks at builds in flight (so that callers can flush by time).
-POLL_S = 1.0
 
 
 def _worker_init() -> None:
@@ -46,11 +41,11 @@ def _build(mod, target, params) -> str:
     return lb.default_export(lb.default_build(mod, target, lb._deserialize_params(params)))
 
 
-def build_record(job: dict) -> dict:
-    """Replay one record: trace -> schedule -> tvm.compile -> `job["artifact_abs"]`. Never raises.
+def build_record(job: dict, root: str) -> dict:
+    """Replay one record: trace -> schedule -> tvm.compile -> `<root>/<job["artifact"]>`. Never raises.
 
     job: record_id, task_id, trace (JSON), workload (a database_workload.json line),
-    target (dict), artifact (path relative to the workspace), artifact_abs."""
+    target (dict), artifact (path relative to the workspace `root`)."""
     t0 = time.perf_counter()
     row = dict(record_id=job["record_id"], task_id=job["task_id"])
     try:
@@ -59,7 +54,7 @@ def build_record(job: dict) -> dict:
         sch = Schedule(mod)
         trace.apply_to_schedule(sch, remove_postproc=False)
         lib = tvm.compile(sch.mod, target=tvm.target.Target(job["target"]))
-        out = job["artifact_abs"]
+        out = str(Path(root) / job["artifact"])
         tmp = f"{out}.{os.getpid()}.tmp.so"
         lib.export_library(tmp)
         os.replace(tmp, out)
@@ -71,10 +66,8 @@ def build_record(job: dict) -> dict:
 
 @derived_object
 class PersistentBuilder(PyBuilder):
-    """LocalBuilder's build and export in long-lived worker processes (see the module docstring).
-
-    `build` is MetaSchedule's Builder interface (tuning); `build_records` replays recorded
-    traces into the workspace's `lib/` on the same pool, yielding rows as builds finish."""
+    """LocalBuilder's build and export in long-lived worker processes (see the module docstring):
+    MetaSchedule's Builder interface, for tuning."""
 
     def __init__(self, max_workers: int = 2, timeout_sec: float = 60.0, recycle_after: int = RECYCLE_AFTER,
                  preload_intrinsics: bool = True):
@@ -103,34 +96,6 @@ class PersistentBuilder(PyBuilder):
             else:
                 out.append(BuilderResult(None, f"PersistentBuilder: an exception occurred\n{r.value}"))
         return out
-
-    def build_records(self, jobs: list[dict]) -> Iterator[list[dict]]:
-        """`build_record` of every job on the pool; yields the rows that finished, at least
-        every POLL_S seconds (possibly none). A build past the timeout or whose worker
-        died is an error row; at most one build per worker is in flight, so closing the
-        builder stops promptly."""
-        pool, queue, running = self._pool(), list(reversed(jobs)), {}
-        while queue or running:
-            while queue and len(running) < self.max_workers:
-                job = queue.pop()
-                running[pool.submit(build_record, job)] = job
-            finished, _ = cf.wait(list(running), timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
-            rows = []
-            for fut in finished:
-                job = running.pop(fut)
-                try:
-                    rows.append(fut.result())
-                except TimeoutError:
-                    rows.append(self._failed(job, f"timeout: not built within {self.timeout_sec:g} s"))
-                except ChildProcessError as e:
-                    rows.append(self._failed(job, f"worker process crashed ({e})"))
-                except Exception as e:  # noqa: BLE001 - e.g. a job the worker could not unpickle
-                    rows.append(self._failed(job, f"{type(e).__name__}: {str(e).strip()[-300:]}"))
-            yield rows
-
-    @staticmethod
-    def _failed(job: dict, reason: str) -> dict:
-        return dict(record_id=job["record_id"], task_id=job["task_id"], error=f"build: {reason}")
 
     def close(self) -> None:
         if self.pool is not None:

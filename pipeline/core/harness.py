@@ -545,6 +545,32 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
     return [results[j["record_id"]] for j in jobs if j["record_id"] in results]
 
 
+def batch_jobs(jobs: list[dict], batch_size: int, events: str, **run) -> list[dict]:
+    """Executor jobs for `supervise_job`: `batch_size` kernels each, with the files they read
+    (`reads`: libraries and references); `run`: device, instrument, options, timeout_s."""
+    out = []
+    for start in range(0, len(jobs), max(1, batch_size)):
+        batch = jobs[start:start + max(1, batch_size)]
+        reads = sorted({j["artifact"] for j in batch} | {j["reference"] for j in batch if j.get("reference")})
+        out.append(dict(jobs=batch, events=events, reads=reads, **run))
+    return out
+
+
+def supervise_job(job: dict, root: str) -> list[dict]:
+    """One executor job (pipeline/core/executor.py): a batch of kernels supervised under
+    one instrument, its events in `<root>/<job["events"]>` (started afresh), the done events
+    returned. job: jobs, events, device, instrument, options, timeout_s."""
+    out = Path(root) / job["events"]
+    out.unlink(missing_ok=True)
+    return supervise(job["jobs"], out, root=root, device=job["device"], instrument=job["instrument"],
+                     options=job["options"], timeout_s=job["timeout_s"])
+
+
+def failed_job(job: dict, reason: str) -> list[dict]:
+    """The done events of a batch that could not run at all (its machine was lost, ...)."""
+    return [{"event": "done", "record_id": k["record_id"], "error": f"run: {reason}"} for k in job["jobs"]]
+
+
 # ----------------------------------------------------------------------------- command line
 
 

@@ -1,8 +1,10 @@
-"""Measure modes (`measure.mode`), chosen with `create(kind, cfg, ws)`.
+"""Measure modes (`measure.mode`), chosen with `create(kind, cfg, ws, executor)`.
 
-`local` runs the kernels here under the kernel harness's supervisor (timer instrument);
-`export` writes a bundle for a device host; `import` reads back the results that host
-wrote. Each turns the measure stage's jobs into the harness's `done` events.
+`local` runs the kernels under the kernel harness's supervisor (timer instrument) on the
+executor's devices: this machine (`executor=local`) or the measuring nodes of a Ray
+cluster (`executor=ray`); `export` writes a bundle for a device host; `import` reads back
+the results that host wrote. Each turns the measure stage's jobs into the harness's
+`done` events.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Iterator
 
 from pipeline.core import harness
 from pipeline.core.errors import PipelineError
+from pipeline.core.executor import Executor
 from pipeline.core.registry import choose
 from pipeline.core.workspace import Workspace
 from pipeline.runner.bundle import export_bundle, read_results
@@ -45,24 +48,31 @@ class MeasureMode:
 
 
 class Local(MeasureMode):
-    """The kernels run here, `batch_size` per harness child process."""
+    """The kernels run on the executor's devices, `batch_size` per job (one harness child
+    process each, shipped with their libraries and references where the workspace is not)."""
 
-    def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: Path):
+    def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: str,
+                 executor: Executor):
         self.root, self.device, self.options = root, device, options
         self.timeout_s, self.batch_size, self.events = timeout_s, max(1, int(batch_size)), events
+        self.executor = executor
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace) -> "Local":
+    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
         kind = device_kind(cfg)
-        ensure_device(kind)
+        if executor.runs_here:
+            ensure_device(kind)
         return cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   ws.root / "runner" / f"results-{int(cfg.shard.index)}.jsonl")
+                   f"runner/results-{int(cfg.shard.index)}.jsonl", executor)
+
+    def batches(self, jobs: list[dict]) -> list[dict]:
+        return harness.batch_jobs(jobs, self.batch_size, self.events, device=self.device, instrument="timer",
+                                  options=self.options, timeout_s=self.timeout_s)
 
     def results(self, jobs):
-        for start in range(0, len(jobs), self.batch_size):
-            self.events.unlink(missing_ok=True)
-            yield harness.supervise(jobs[start:start + self.batch_size], self.events, root=self.root,
-                                    device=self.device, options=self.options, timeout_s=self.timeout_s)
+        for done in self.executor.map(harness.supervise_job, self.batches(jobs), root=self.root,
+                                      failed=harness.failed_job, device=True):
+            yield [ev for events in done for ev in events]
 
 
 class Export(MeasureMode):
@@ -76,7 +86,7 @@ class Export(MeasureMode):
         self.written: dict = {}
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace) -> "Export":
+    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Export":
         return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), timer_options(cfg),
                    float(cfg.measure.timeout_s), bool(cfg.measure.bundle_runtime))
 
@@ -100,7 +110,7 @@ class Import(MeasureMode):
         self.path = Path(results)
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace) -> "Import":
+    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Import":
         if not cfg.measure.results:
             raise PipelineError("measure.mode=import needs measure.results=<path to results.jsonl from the device host>")
         return cls(Path(str(cfg.measure.results)))
@@ -120,9 +130,9 @@ class Import(MeasureMode):
 MODES = {"local": Local, "export": Export, "import": Import}
 
 
-def create(kind: str, cfg, ws: Workspace) -> MeasureMode:
-    """The measure mode `kind` configured from `measure.*` (local checks for its device here)."""
-    return choose("measure.mode", MODES, kind).from_cfg(cfg, ws)
+def create(kind: str, cfg, ws: Workspace, executor: Executor) -> MeasureMode:
+    """The measure mode `kind` configured from `measure.*` (local on this machine checks for its device)."""
+    return choose("measure.mode", MODES, kind).from_cfg(cfg, ws, executor)
 
 
 def ensure_device(kind: str) -> None:

@@ -23,52 +23,69 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
 import pandas as pd
 from tqdm import tqdm
 
 from features import cuda_resources, profilers, static
 from pipeline.core import database as D
+from pipeline.core import executor as E
+from pipeline.core.catalog import table
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 
-def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard) -> dict:
+def static_job(job: dict, root: str) -> dict[str, list[dict]]:
+    """One task's static feature rows per table (the executor's per-item work)."""
+    nvcc, nvcc_error = None, None
+    if job["cuda"]:
+        try:
+            nvcc = cuda_resources.find_nvcc(job["nvcc"])
+        except cuda_resources.NvccMissing as e:
+            nvcc_error = str(e)
+    static.preload_tensor_intrinsics()
+    return static.task_rows(job["workload"], job["target"], job["records"], cuda=job["cuda"], nvcc=nvcc,
+                            nvcc_error=nvcc_error)
+
+
+def failed_static(job: dict, reason: str) -> dict[str, list[dict]]:
+    return {"static": [dict(record_id=rid, task_id=tid, error=f"features: {reason}")
+                       for rid, tid, _, _ in job["records"]]}
+
+
+def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, executor: E.Executor) -> dict:
     todo = ws.todo("static", cands, shard=shard, force=bool(cfg.force), clears=("static_stores", "cuda_resources"))
     counts = {"static": 0, "static_errors": 0}
     if todo.empty:
         return counts
     cuda = str(cfg.target.kind) == "cuda" and bool(cfg.collect.cuda_resources)
-    nvcc, nvcc_error = None, None
     if cuda:
-        try:
-            nvcc = cuda_resources.find_nvcc(str(cfg.collect.nvcc))
-        except cuda_resources.NvccMissing as e:
-            log.warning("%s", e)
-            nvcc_error = str(e)
+        if executor.runs_here:
+            try:
+                cuda_resources.find_nvcc(str(cfg.collect.nvcc))
+            except cuda_resources.NvccMissing as e:
+                log.warning("%s", e)
         counts["cuda_kernels"] = 0
-    static.preload_tensor_intrinsics()
     tasks = ws.read("tasks").set_index("task_id")
     workloads = D.read_workload_lines(ws)
-    workers = int(cfg.jobs) or os.cpu_count() or 1
+    jobs = [dict(workload=workloads[int(tasks.loc[task_id, "workload_index"])],
+                 target=json.loads(tasks.loc[task_id, "target"]), cuda=cuda, nvcc=str(cfg.collect.nvcc),
+                 records=[(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
+                          for r in group.itertuples()])
+            for task_id, group in todo.groupby("task_id", sort=True)]
     bar = tqdm(total=len(todo), desc="collect static", unit="record")
     with ws.sink(shard) as write:
-        for task_id, group in todo.groupby("task_id", sort=True):
-            records = [(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
-                       for r in group.itertuples()]
-            rows = static.task_rows(workloads[int(tasks.loc[task_id, "workload_index"])],
-                                    json.loads(tasks.loc[task_id, "target"]), records, cuda=cuda, nvcc=nvcc,
-                                    nvcc_error=nvcc_error, workers=workers)
-            for name, table_rows in rows.items():
-                write(name, table_rows)
-            for r in rows["static"]:
-                counts["static_errors" if r.get("error") else "static"] += 1
-            if cuda:
-                counts["cuda_kernels"] += sum(1 for r in rows["cuda_resources"] if not r.get("error"))
-            bar.update(len(group))
+        for results in executor.map(static_job, jobs, root=ws.root, failed=failed_static):
+            for rows in results:
+                for name, table_rows in rows.items():
+                    write(name, table_rows)
+                for r in rows["static"]:
+                    counts["static_errors" if r.get("error") else "static"] += 1
+                if cuda:
+                    counts["cuda_kernels"] += sum(1 for r in rows.get("cuda_resources", ()) if not r.get("error"))
+                bar.update(len(rows["static"]))
     bar.close()
     return counts
 
@@ -99,17 +116,47 @@ def profiler_jobs(ws: Workspace, cands: pd.DataFrame) -> tuple[list[dict], list[
     return jobs, errors, waiting
 
 
-def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, profiler) -> dict:
+def profile_job(job: dict, root: str) -> dict:
+    """One batch of kernels under a profiler (the executor's per-item work): the rows it
+    hands to `write`, in order, as (table, rows, schema), and its counts."""
+    writes = []
+    counts = job["profiler"].profile(job["jobs"], job["errors"], root=root,
+                                     write=lambda t, rows, schema=None: writes.append((t, rows, schema)))
+    return {"writes": writes, "counts": counts}
+
+
+def failed_profile(job: dict, reason: str) -> dict:
+    table = job["profiler"].tables()[0]
+    rows = [dict(record_id=j["record_id"], task_id=j["task_id"], error=f"run: {reason}") for j in job["jobs"]]
+    return {"writes": [(table, rows + job["errors"], None)], "counts": {"lost": len(rows)}}
+
+
+def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, profiler, executor: E.Executor) -> dict:
     tables = profiler.tables()
     if not tables:
         return {}
     device = str(cfg.target.device)
     todo = ws.todo(tables[0], cands, shard=shard, force=bool(cfg.force), device=device, clears=tables[1:])
     jobs, errors, waiting = profiler_jobs(ws, todo)
+    size = max(1, int(profiler.batch_size))
+    # One executor job per batch of the profiler; the records that cannot be profiled ride with the first.
+    batches = [dict(profiler=profiler, jobs=jobs[i:i + size], errors=[], reads=sorted({j["artifact"] for j in
+                                                                                        jobs[i:i + size]}))
+               for i in range(0, len(jobs), size)] or ([dict(profiler=profiler, jobs=[], errors=[], reads=[])]
+                                                      if errors else [])
+    if batches:
+        batches[0]["errors"] = errors
+    counts: dict = {}
     bar = tqdm(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
     try:
         with ws.sink(shard, device) as write:
-            counts = profiler.profile(jobs, errors, root=ws.root, write=write, progress=bar.update)
+            for results in executor.map(profile_job, batches, root=ws.root, failed=failed_profile, device=True):
+                for res in results:
+                    for t, rows, schema in res["writes"]:
+                        write(t, rows, schema)
+                    for k, v in res["counts"].items():
+                        counts[k] = counts.get(k, 0) + v if isinstance(v, (int, float)) else v
+                    bar.update(sum(len(rows) for t, rows, _ in res["writes"] if table(t).name == tables[0].name))
     finally:
         bar.close()
     if waiting:
@@ -124,7 +171,8 @@ def run(cfg) -> dict:
     cands = ws.read("candidates", require=True)
     profiler = profilers.create(str(cfg.collect.profiler), cfg)
     counts: dict = {"records": len(shard.of(cands))}
-    if bool(cfg.collect.static):
-        counts.update(collect_static(cfg, ws, cands, shard))
-    counts.update(collect_profiler(cfg, ws, cands, shard, profiler))
+    with E.create(cfg) as executor:
+        if bool(cfg.collect.static):
+            counts.update(collect_static(cfg, ws, cands, shard, executor))
+        counts.update(collect_profiler(cfg, ws, cands, shard, profiler, executor))
     return counts

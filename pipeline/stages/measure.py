@@ -1,9 +1,11 @@
 """stage=measure: run every built kernel on the device, time it, check a sample.
 
-`measure.mode` picks where the kernels run (pipeline/runner/modes.py): here, in child
-processes of the kernel harness (pipeline/core/harness.py, TVM runtime only), so a kernel
-that crashes or hangs becomes an error row and the rest go on; or on a device host
-through an exported bundle whose results are imported back. Run times are written back
+`measure.mode` picks where the kernels run (pipeline/runner/modes.py): on the executor's
+devices (`executor=local`: here; `executor=ray`: the measuring nodes of a Ray cluster,
+one batch per machine at a time), in child processes of the kernel harness
+(pipeline/core/harness.py, TVM runtime only), so a kernel that crashes or hangs becomes
+an error row and the rest go on; or on a device host through an exported bundle whose
+results are imported back. Run times are written back
 into the workspace's MetaSchedule JSON database, which makes the workspace a
 TenSet-style dataset that `ms.database.JSONDatabase` loads.
 """
@@ -18,6 +20,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from pipeline.core import database as D
+from pipeline.core import executor as E
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 from pipeline.reference import make_reference
@@ -68,8 +71,13 @@ def write_back(ws: Workspace, measured: pd.DataFrame) -> int:
 
 
 def run(cfg) -> dict:
+    with E.create(cfg) as executor:
+        return measure(cfg, executor)
+
+
+def measure(cfg, executor: E.Executor) -> dict:
     ws = Workspace.from_cfg(cfg)
-    mode = modes.create(str(cfg.measure.mode), cfg, ws)
+    mode = modes.create(str(cfg.measure.mode), cfg, ws, executor)
     shard = Shard.from_cfg(cfg)
     device = str(cfg.target.device)
     todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=bool(cfg.force))

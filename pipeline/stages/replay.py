@@ -1,22 +1,22 @@
 """stage=replay: apply each record's trace to its workload, build it, export the kernel.
 
-Builds run on `PersistentBuilder`'s worker processes over all cores (TVM's
-PopenPoolExecutor, as MetaSchedule's LocalBuilder); a build past `replay.timeout_s` or
-whose worker dies is an error row. Rows are written in small part files as they finish,
-so a run that is killed keeps every finished kernel and the next run builds only what is
-missing.
+Each build is a job of the executor (`executor=local`: worker processes over all cores,
+TVM's PopenPoolExecutor as MetaSchedule's LocalBuilder; `executor=ray`: a Ray cluster,
+the library coming back with the row); a build past `replay.timeout_s` or whose worker
+dies is an error row. Rows are written in small part files as they finish, so a run that
+is killed keeps every finished kernel and the next run builds only what is missing.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 
 from tqdm import tqdm
 
 from pipeline.core import database as D
+from pipeline.core import executor as E
 from pipeline.core.sharding import Shard
 from pipeline.core.targets import target_dict
 from pipeline.core.workspace import Workspace
@@ -33,8 +33,12 @@ def build_jobs(ws: Workspace, candidates, target: dict) -> list[dict]:
     workloads = D.read_workload_lines(ws)
     return [dict(record_id=c.record_id, task_id=c.task_id, trace=json.loads(c.trace_json),
                  workload=workloads[int(index[c.task_id])], target=target, artifact=f"lib/{c.record_id}.so",
-                 artifact_abs=str(ws.kernel_libs / f"{c.record_id}.so"))
+                 writes=[f"lib/{c.record_id}.so"])
             for c in candidates.itertuples()]
+
+
+def failed_build(job: dict, reason: str) -> dict:
+    return dict(record_id=job["record_id"], task_id=job["task_id"], error=f"build: {reason}")
 
 
 def run(cfg) -> dict:
@@ -46,28 +50,26 @@ def run(cfg) -> dict:
     skipped = len(shard.of(cands)) - len(todo)
     jobs = build_jobs(ws, todo, target_dict(cfg)) if len(todo) else []
     ws.kernel_libs.mkdir(parents=True, exist_ok=True)
-    workers = int(cfg.jobs) or os.cpu_count() or 1
     t0 = time.time()
     counts = {"built": 0, "failed": 0}
     if jobs:
         # TVM takes seconds to import: loaded when there is something to build.
-        from pipeline.core.builder import PersistentBuilder
+        from pipeline.core.builder import build_record
 
-        log.info("building %d kernels on %d workers (%d already built)", len(jobs), workers, skipped)
-        # Replay applies traces and compiles (no TuneContext): its workers need no tensor intrinsics.
-        builder = PersistentBuilder(max_workers=workers, timeout_sec=float(cfg.replay.timeout_s),
-                                    preload_intrinsics=False)
-        bar = tqdm(total=len(jobs), desc="replay", unit="kernel")
-        try:
-            with ws.writer("kernels", shard, flush_rows=int(cfg.replay.flush_rows), flush_s=FLUSH_SECONDS) as out:
-                for rows in builder.build_records(jobs):
-                    out.add(rows)
-                    for r in rows:
-                        counts["failed" if r.get("error") else "built"] += 1
-                    bar.update(len(rows))
-        finally:
-            builder.close()
-            bar.close()
+        with E.create(cfg) as executor:
+            log.info("building %d kernels on %s (%d already built)", len(jobs), executor.describe(), skipped)
+            bar = tqdm(total=len(jobs), desc="replay", unit="kernel")
+            try:
+                with ws.writer("kernels", shard, flush_rows=int(cfg.replay.flush_rows),
+                               flush_s=FLUSH_SECONDS) as out:
+                    for rows in executor.map(build_record, jobs, root=ws.root, failed=failed_build,
+                                             timeout_s=float(cfg.replay.timeout_s)):
+                        out.add(rows)
+                        for r in rows:
+                            counts["failed" if r.get("error") else "built"] += 1
+                        bar.update(len(rows))
+            finally:
+                bar.close()
     wall = time.time() - t0
     return {"new": len(jobs), "built": counts["built"], "failed": counts["failed"], "skipped": skipped,
             "kernels_per_s": round(len(jobs) / wall, 2) if jobs and wall > 0 else 0.0}

@@ -2,17 +2,23 @@
 
 Candidates are drawn from MetaSchedule's own design spaces (post-order-apply) by its
 own search strategies, so the dataset covers the space MetaSchedule actually searches.
-Records are committed to the workspace's JSONDatabase without run times.
+Records are committed to the workspace's JSONDatabase without run times. Each (task,
+strategy) is a job of the executor (`executor=local`: worker processes here; `ray`: a Ray
+cluster) that returns the database lines of its records; the driver appends them to the
+workspace's database and writes the candidates rows.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
+from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from pipeline.core import database as D
+from pipeline.core import executor as E
 from pipeline.core.sharding import Shard
 from pipeline.core.targets import make_target, target_dict
 from pipeline.core.tvm_compat import preload_tensor_intrin
@@ -75,21 +81,47 @@ def strategies_of(cfg) -> list[str]:
 def draw_task(mod, target, n: int, strategy: str, seed: int) -> tuple[list, str | None]:
     """(schedules, error) of one task and strategy: the stage's per-item work."""
     try:
-        schs = draw_candidates(mod, target, n, strategy, seed, target.attrs.get("num-cores", 1) or 1)
+        # One thread: MetaSchedule hands candidates to its threads dynamically, each thread with
+        # its own random state, so more threads draw other candidates from run to run. The
+        # executor samples several tasks at once instead.
+        schs = draw_candidates(mod, target, n, strategy, seed, num_threads=1)
         return schs, None if schs else "the design space produced no candidate"
     except Exception as e:  # noqa: BLE001 - a task whose space cannot be generated is a row
         return [], f"{type(e).__name__}: {e}"
 
 
-def run(cfg) -> dict:
-    # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
+def sample_job(job: dict, root: str) -> dict:
+    """One task and strategy (the stage's per-item work, run by the executor): up to `n`
+    distinct records as MetaSchedule's JSONDatabase writes them ([trace, run_secs, target,
+    args_info], no run time yet), and the error when none could be drawn."""
+    # TVM takes seconds to import: loaded in the worker that samples.
     from tvm.s_tir import meta_schedule as ms
 
+    target = make_target(job["target"])
+    workload = ms.database.Workload.from_json(job["workload"])
+    schs, error = draw_task(workload.mod, target, int(job["n"]), job["strategy"], int(job["seed"]))
+    args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
+    with tempfile.TemporaryDirectory(prefix="sample-") as tmp:
+        # The database writes the lines: record ids come from them, as every reader computes them.
+        db = ms.database.JSONDatabase(f"{tmp}/workload.json", f"{tmp}/records.json", allow_missing=True)
+        committed = db.commit_workload(workload.mod)
+        for sch in schs:
+            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, committed, None, target, args_info))
+        lines, _ = D.read_record_lines([Path(tmp) / "records.json"]) if schs else ([], [])
+    return {"task_id": job["task_id"], "strategy": job["strategy"], "error": error,
+            "records": [[r.trace, r.run_secs, r.target, r.args_info] for r in lines]}
+
+
+def failed_sample(job: dict, reason: str) -> dict:
+    return {"task_id": job["task_id"], "strategy": job["strategy"], "error": reason, "records": []}
+
+
+def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     shard = Shard.from_cfg(cfg)
     tasks = ws.read("tasks", require=True)
     strategies = strategies_of(cfg)
-    target = make_target(target_dict(cfg))
+    target = target_dict(cfg)
     out_file = D.shard_record_file(ws, shard.index, shard.count)
     if cfg.force:
         out_file.unlink(missing_ok=True)
@@ -98,38 +130,50 @@ def run(cfg) -> dict:
                    shard_by="task_id")
     known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     workloads = D.read_workload_lines(ws)
-    db = ms.database.JSONDatabase(str(ws.db_workload), str(out_file), allow_missing=True)
+    task_of_index = dict(zip(tasks["workload_index"], tasks["task_id"]))
+    # Lines already in the database file (a run killed between a task's lines and its rows).
+    in_db = {r.record_id(task_of_index.get(r.workload_index, "")) for r in D.read_record_lines([out_file])[0]} \
+        if out_file.exists() else set()
     n = int(cfg.budget.candidates_per_task)
+    jobs = [dict(task_id=row.task_id, name=row.name, workload_index=int(row.workload_index),
+                 workload=workloads[row.workload_index], strategy=row.strategy, target=target, n=n,
+                 seed=int(cfg.seed)) for row in todo.itertuples()]
+    by_pair = {(j["task_id"], j["strategy"]): j for j in jobs}
     total = failed = duplicates = 0
     out = ws.writer("candidates", shard, flush_rows=1)  # a part per task: sampling a task takes seconds
-    for row in tqdm(list(todo.itertuples()), desc="sample", unit="task"):
-        workload = ms.database.Workload.from_json(workloads[row.workload_index])
-        schs, error = draw_task(workload.mod, target, n, row.strategy, int(cfg.seed))
-        args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
-        # Record ids come from the lines as written, so every reader computes the same id.
-        # A trace that another strategy already drew is the same record: it is not added twice.
-        before = len(D.read_record_lines([out_file])[0]) if out_file.exists() else 0
-        for sch in schs:
-            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, None, target, args_info))
-        lines, _ = D.read_record_lines([out_file])
-        rows, keep = [], lines[:before]
-        for r in lines[before:]:
-            rid = r.record_id(row.task_id)
-            if rid in known:
-                duplicates += 1
-                continue
-            known.add(rid)
-            keep.append(r)
-            rows.append(dict(record_id=rid, task_id=row.task_id, strategy=row.strategy, trace_json=r.trace_text))
-        if len(keep) != len(lines):
-            D.rewrite_records(out_file, keep)
-        if error:
-            failed += 1
-            log.warning("task %s (%s), %s: %s", row.name, row.task_id, row.strategy, error)
-            rows.append(dict(record_id=f"{row.task_id}-none-{row.strategy}", task_id=row.task_id,
-                             strategy=row.strategy, error=error))
-        out.add(rows)
-        total += len(rows) - bool(error)
+    with E.create(cfg) as executor:
+        if jobs:
+            log.info("sampling %d task(s) x strategy on %s", len(jobs), executor.describe())
+        bar = tqdm(total=len(jobs), desc="sample", unit="task")
+        for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample):
+            for res in results:
+                job = by_pair[(res["task_id"], res["strategy"])]
+                lines = [D.RecordLine(job["workload_index"], *rec, file=str(out_file), line_no=0)
+                         for rec in res["records"]]
+                # A trace that another strategy already drew is the same record: it is not added twice.
+                rows, new_lines = [], []
+                for r in lines:
+                    rid = r.record_id(job["task_id"])
+                    if rid in known:
+                        duplicates += 1
+                        continue
+                    known.add(rid)
+                    if rid not in in_db:
+                        new_lines.append(r)
+                    rows.append(dict(record_id=rid, task_id=job["task_id"], strategy=job["strategy"],
+                                     trace_json=r.trace_text))
+                if new_lines:  # appended as JSONDatabase's commit does
+                    with open(out_file, "a") as f:
+                        f.write("".join(r.to_line() + "\n" for r in new_lines))
+                if res["error"]:
+                    failed += 1
+                    log.warning("task %s (%s), %s: %s", job["name"], job["task_id"], job["strategy"], res["error"])
+                    rows.append(dict(record_id=f"{job['task_id']}-none-{job['strategy']}", task_id=job["task_id"],
+                                     strategy=job["strategy"], error=res["error"]))
+                out.add(rows)
+                total += len(rows) - bool(res["error"])
+            bar.update(len(results))
+        bar.close()
     counts = {"tasks": len(shard.of(tasks)), "new": total, "duplicates": duplicates, "failed_tasks": failed}
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
