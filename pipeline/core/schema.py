@@ -69,6 +69,18 @@ KERNELS = _schema(
     ],
 )
 
+# Where a kernel was measured or profiled, as the kernel harness detects it (every
+# measurement and profiler row; null in rows written before these columns existed).
+# `hardware` is the identity that label tables compare: the GPU's name on a GPU, the CPU
+# model and its logical CPU count on a CPU.
+HOST = [
+    pa.field("hardware", pa.string()),
+    pa.field("cpu_model", pa.string()),  # /proc/cpuinfo's model name
+    pa.field("cpu_count", pa.int64()),  # logical CPUs of the host
+    pa.field("gpu_name", pa.string()),  # null on a CPU target
+    pa.field("gpu_driver", pa.string()),
+]
+
 MEASUREMENTS = _schema(
     "measurements",
     [
@@ -86,6 +98,8 @@ MEASUREMENTS = _schema(
         pa.field("correct", pa.bool_()),  # null when not checked
         pa.field("max_abs_err", pa.float64()),
         pa.field("error", pa.string()),  # build/run/timeout/crash message, null on success
+        *HOST,
+        pa.field("cache_flush", pa.bool_()),  # CPU caches flushed before every repeat (measure.cache_flush)
     ],
 )
 
@@ -250,6 +264,7 @@ CPU_COUNTERS = _schema(
                                            pa.field(f"perf.{c}.reason", pa.string()))),
         pa.field("perf_version", pa.string()),
         pa.field("error", pa.string()),
+        *HOST,
     ],
 )
 
@@ -263,7 +278,8 @@ def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozen
     else:
         head += [pa.field("n_kernels", pa.int32()), pa.field("kernel_names", pa.string())]
     cols = [pa.field(m, pa.string() if m in string_metrics else pa.float64()) for m in metrics]
-    return _schema(name, [*head, *cols, pa.field("error", pa.string())])
+    host = [f for f in HOST if f.name not in metrics]
+    return _schema(name, [*head, *cols, pa.field("error", pa.string()), *host])
 
 
 def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozenset()) -> pa.Schema:
@@ -271,7 +287,8 @@ def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozense
     columns, with `record_id` null for a launch outside the pipeline's NVTX domain and
     `task_id` null (a report alone names no task), plus where each launch comes from."""
     base = ncu_schema("ncu_launches", metrics, string_metrics, per_kernel=True)
-    fields = [f.with_nullable(True) if f.name in ("record_id", "task_id") else f for f in base]
+    host = {f.name for f in HOST} - set(metrics)  # a report alone does not say which host made it
+    fields = [f.with_nullable(True) if f.name in ("record_id", "task_id") else f for f in base if f.name not in host]
     at = base.get_field_index("kernel_name") + 1
     where = [
         pa.field("device", pa.string()),  # device__attribute_display_name, e.g. "NVIDIA H100 PCIe"

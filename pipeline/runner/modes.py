@@ -28,7 +28,7 @@ def timer_options(cfg) -> dict:
     """The timer instrument's options from `measure.*` (MetaSchedule runner semantics)."""
     m = cfg.measure
     return dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
-                rtol=float(m.rtol), atol=float(m.atol))
+                rtol=float(m.rtol), atol=float(m.atol), cache_flush=int(bool(m.cache_flush)))
 
 
 class MeasureMode:
@@ -36,6 +36,8 @@ class MeasureMode:
 
     # False: nothing is measured now (the rows come later, by `import`).
     measures = True
+    # True: the workspace's kernel libraries are read (to run them, or to ship them).
+    reads_libraries = True
 
     def results(self, jobs: list[dict]) -> Iterator[list[dict]]:
         raise NotImplementedError
@@ -45,7 +47,11 @@ class MeasureMode:
 
 
 class Local(MeasureMode):
-    """The kernels run here, `batch_size` per harness child process."""
+    """The kernels run here, `batch_size` per harness child process.
+
+    The harness's events file outlives an interrupted run: the next run takes the results
+    it already holds instead of timing those kernels again. It is emptied once the stage
+    has written a batch's rows (and by force=true)."""
 
     def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: Path):
         self.root, self.device, self.options = root, device, options
@@ -55,14 +61,17 @@ class Local(MeasureMode):
     def from_cfg(cls, cfg, ws: Workspace) -> "Local":
         kind = device_kind(cfg)
         ensure_device(kind)
+        events = ws.root / "runner" / f"results-{int(cfg.shard.index)}.jsonl"
+        if cfg.force:
+            events.unlink(missing_ok=True)
         return cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   ws.root / "runner" / f"results-{int(cfg.shard.index)}.jsonl")
+                   events)
 
     def results(self, jobs):
         for start in range(0, len(jobs), self.batch_size):
-            self.events.unlink(missing_ok=True)
             yield harness.supervise(jobs[start:start + self.batch_size], self.events, root=self.root,
                                     device=self.device, options=self.options, timeout_s=self.timeout_s)
+            self.events.unlink(missing_ok=True)  # resumed here: the stage has written the batch's rows
 
 
 class Export(MeasureMode):
@@ -95,6 +104,8 @@ class Export(MeasureMode):
 
 class Import(MeasureMode):
     """The results.jsonl that the harness wrote on the device host."""
+
+    reads_libraries = False
 
     def __init__(self, results: Path):
         self.path = Path(results)

@@ -51,8 +51,9 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard) -> dic
             nvcc_error = str(e)
         counts["cuda_kernels"] = 0
     static.preload_tensor_intrinsics()
-    tasks = ws.read("tasks").set_index("task_id")
     workloads = D.read_workload_lines(ws)
+    tasks = D.usable_tasks(ws.read("tasks"), workloads, "collect").set_index("task_id")
+    todo = todo[todo["task_id"].isin(set(tasks.index))]
     workers = int(cfg.jobs) or os.cpu_count() or 1
     bar = tqdm(total=len(todo), desc="collect static", unit="record")
     with ws.sink(shard) as write:
@@ -90,6 +91,9 @@ def profiler_jobs(ws: Workspace, cands: pd.DataFrame) -> tuple[list[dict], list[
         if pd.notna(k["error"]) or pd.isna(k["artifact"]):
             errors.append(dict(record_id=c.record_id, task_id=c.task_id, error=f"no kernel: {k['error']}"))
             continue
+        if not (ws.root / k["artifact"]).is_file():  # lost since it was built: stage=replay builds it again
+            waiting += 1
+            continue
         if c.record_id in meas.index and pd.notna(meas.loc[c.record_id, "error"]):
             errors.append(dict(record_id=c.record_id, task_id=c.task_id,
                                error=f"not profiled: the measurement failed ({meas.loc[c.record_id, 'error']})"))
@@ -114,7 +118,8 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
         bar.close()
     if waiting:
         counts[f"{profiler.name}_not_built"] = waiting
-        log.warning("%d records have no kernel yet: run stage=replay, then stage=collect again", waiting)
+        log.warning("%d records have no kernel (not built yet, or its library is lost): run stage=replay, "
+                    "then stage=collect again", waiting)
     return counts
 
 

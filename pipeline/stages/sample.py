@@ -2,7 +2,12 @@
 
 Candidates are drawn from MetaSchedule's own design spaces (post-order-apply) by its
 own search strategies, so the dataset covers the space MetaSchedule actually searches.
-Records are committed to the workspace's JSONDatabase without run times.
+Each task's candidates are written to `candidates/` first, then appended to the
+workspace's MetaSchedule tuning records without run times (serialized by MetaSchedule in
+a scratch database: a bad line in the record files never blocks sampling); the stage
+ends by making the record files agree with the tables (`database.sync_records`). A task
+that failed to sample (a bad setting, a space that could not be generated) is tried
+again by the next run.
 """
 
 from __future__ import annotations
@@ -94,44 +99,49 @@ def run(cfg) -> dict:
     if cfg.force:
         out_file.unlink(missing_ok=True)
     pairs = tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross")  # task-major
+    # A task that failed (a bad setting, a space that could not be generated) is not done.
     todo = ws.todo("candidates", pairs, shard=shard, force=bool(cfg.force), on=("task_id", "strategy"),
-                   shard_by="task_id")
-    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
+                   shard_by="task_id", retry_errors=True)
     workloads = D.read_workload_lines(ws)
-    db = ms.database.JSONDatabase(str(ws.db_workload), str(out_file), allow_missing=True)
+    todo = D.usable_tasks(todo, workloads, "sample") if len(todo) else todo
+    retried = ws.delete_rows("candidates", {failed_row_id(r.task_id, r.strategy) for r in todo.itertuples()})
+    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     n = int(cfg.budget.candidates_per_task)
     total = failed = duplicates = 0
     out = ws.writer("candidates", shard, flush_rows=1)  # a part per task: sampling a task takes seconds
     for row in tqdm(list(todo.itertuples()), desc="sample", unit="task"):
         workload = ms.database.Workload.from_json(workloads[row.workload_index])
         schs, error = draw_task(workload.mod, target, n, row.strategy, int(cfg.seed))
-        args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
-        # Record ids come from the lines as written, so every reader computes the same id.
-        # A trace that another strategy already drew is the same record: it is not added twice.
-        before = len(D.read_record_lines([out_file])[0]) if out_file.exists() else 0
-        for sch in schs:
-            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, None, target, args_info))
-        lines, _ = D.read_record_lines([out_file])
-        rows, keep = [], lines[:before]
-        for r in lines[before:]:
+        # Record ids come from the lines as MetaSchedule writes them, so every reader computes the
+        # same id. A trace that another strategy already drew is the same record: it is not added twice.
+        lines, rows = [], []
+        for r in D.new_record_lines(row.workload_index, workload.mod, [sch.trace for sch in schs], target):
             rid = r.record_id(row.task_id)
             if rid in known:
                 duplicates += 1
                 continue
             known.add(rid)
-            keep.append(r)
+            lines.append(r)
             rows.append(dict(record_id=rid, task_id=row.task_id, strategy=row.strategy, trace_json=r.trace_text))
-        if len(keep) != len(lines):
-            D.rewrite_records(out_file, keep)
         if error:
             failed += 1
             log.warning("task %s (%s), %s: %s", row.name, row.task_id, row.strategy, error)
-            rows.append(dict(record_id=f"{row.task_id}-none-{row.strategy}", task_id=row.task_id,
+            rows.append(dict(record_id=failed_row_id(row.task_id, row.strategy), task_id=row.task_id,
                              strategy=row.strategy, error=error))
-        out.add(rows)
+        out.add(rows)  # candidates first: they are what the records are rebuilt from
+        D.append_records(out_file, lines)
         total += len(rows) - bool(error)
     counts = {"tasks": len(shard.of(tasks)), "new": total, "duplicates": duplicates, "failed_tasks": failed}
+    if retried:
+        counts["retried_tasks"] = retried
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
         counts.update(add_records(cfg, cfg.dataset.records.candidates_per_task))
+    synced = D.sync_records(ws)
+    counts["records"] = synced.get("lines", 0)
     return {**counts, "candidates": int(ws.read("candidates")["error"].isna().sum())}
+
+
+def failed_row_id(task_id: str, strategy: str) -> str:
+    """The record id of the row that says a task drew no candidate with a strategy."""
+    return f"{task_id}-none-{strategy}"
