@@ -226,7 +226,8 @@ def sync_records(ws: Workspace, tasks: pd.DataFrame | None = None, *, fresh: boo
     Every sampled candidate of a task in `tasks` (default: tasks.parquet) gets exactly one
     line, carrying the run times of its latest measurement (MetaSchedule's 1e10 when that
     failed) or none before it is measured. Lines that are right stay as they are (and
-    where they are); duplicates go; corrupt lines and lines that point past the workload
+    where they are), and so do lines of no candidate (records added by other means);
+    duplicates go; corrupt lines and lines that point past the workload
     file go to `<file>.removed` with the reason; candidates that no file holds are written
     from the tables into the main file. `fresh=True` (after database_workload.json was
     rebuilt, when old workload indices mean nothing) writes every candidate's line anew
@@ -285,7 +286,7 @@ def _sync(ws: Workspace, tasks: pd.DataFrame, fresh: bool) -> dict:
             if fresh:
                 continue  # written anew below, from the tables
             secs = run_secs.get(rid)
-            if secs is not None and secs != r.run_secs:
+            if rid in wanted and secs != r.run_secs:  # a candidate's line says what measurements/ says
                 r.run_secs, r.raw = secs, None
                 counts["updated"] += 1
             kept[f].append(r)
