@@ -40,10 +40,10 @@ parent), so a supervisor killed even with SIGKILL leaves no kernel running behin
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import ctypes
 import functools
+import json
+import math
 import os
 import platform
 import resource
@@ -81,19 +81,8 @@ PR_SET_PDEATHSIG = 1
 # Exit code of a child whose parent was already gone when it started.
 EXIT_ORPHANED = 5
 
-# Starts a command so that the kernel kills it when the process that started it dies:
-# PR_SET_PDEATHSIG survives exec, and a parent that died before the prctl is caught by the
-# parent check. Only the standard library, so it costs a bare interpreter start (~20 ms).
-LAUNCHER = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
-    "except (OSError, AttributeError):\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    os._exit(5)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
+# `harness.py EXEC_WITH_PARENT <pid> <command...>`: arm die_with_parent, then exec the command.
+EXEC_WITH_PARENT = "--exec-with-parent"
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -117,9 +106,9 @@ def die_with_parent(parent: int | None = None) -> None:
 
 
 def orphan_safe(cmd: list[str]) -> list[str]:
-    """`cmd` through LAUNCHER: it dies with this process (kept across exec, so ncu and any
-    other program are covered without code of their own)."""
-    return [sys.executable, "-c", LAUNCHER, str(os.getpid()), *cmd]
+    """`cmd`, started so that it dies with this process: this file arms PR_SET_PDEATHSIG
+    and execs it (the setting survives exec, so ncu or any program is covered)."""
+    return [sys.executable, str(HARNESS), EXEC_WITH_PARENT, str(os.getpid()), *cmd]
 
 
 # ----------------------------------------------------------------------------- where it runs
@@ -135,13 +124,12 @@ def cpu_model() -> str:
     what `platform` knows."""
     try:
         with open("/proc/cpuinfo", errors="replace") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
+            fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
     except OSError:
         fields = {}
     for key in ("model name", "Model", "Hardware", "cpu model"):
-        value = {k.strip(): v.strip() for k, v in fields.items()}.get(key)
-        if value:
-            return value
+        if fields.get(key):
+            return fields[key]
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
@@ -711,6 +699,10 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [EXEC_WITH_PARENT]:  # see orphan_safe
+        die_with_parent(int(argv[1]))
+        os.execvp(argv[2], argv[2:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", required=True, help="jobs.jsonl")

@@ -279,7 +279,7 @@ def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozen
         head += [pa.field("n_kernels", pa.int32()), pa.field("kernel_names", pa.string())]
     cols = [pa.field(m, pa.string() if m in string_metrics else pa.float64()) for m in metrics]
     host = [f for f in HOST if f.name not in metrics]
-    return _schema(name, [*head, *cols, pa.field("error", pa.string()), *host])
+    return _schema(name, [*head, *host, *cols, pa.field("error", pa.string())])
 
 
 def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozenset()) -> pa.Schema:
@@ -287,8 +287,7 @@ def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozense
     columns, with `record_id` null for a launch outside the pipeline's NVTX domain and
     `task_id` null (a report alone names no task), plus where each launch comes from."""
     base = ncu_schema("ncu_launches", metrics, string_metrics, per_kernel=True)
-    host = {f.name for f in HOST} - set(metrics)  # a report alone does not say which host made it
-    fields = [f.with_nullable(True) if f.name in ("record_id", "task_id") else f for f in base if f.name not in host]
+    fields = [f.with_nullable(True) if f.name in ("record_id", "task_id") else f for f in base]
     at = base.get_field_index("kernel_name") + 1
     where = [
         pa.field("device", pa.string()),  # device__attribute_display_name, e.g. "NVIDIA H100 PCIe"

@@ -234,13 +234,12 @@ def umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, unchanged_ok: bool = True) -> bool:
+def atomic_write_bytes(path: Path, data: bytes) -> bool:
     """Write `path` whole or not at all, with the mode a plain open() would give it (0666
-    less the umask; mkstemp's own is 0600). A file that already holds `data` is left alone
-    (unchanged_ok): its time stamp then still says when its content last changed. Returns
-    whether it wrote."""
+    less the umask; mkstemp's own is 0600). A file that already holds `data` is left alone:
+    its time stamp then still says when its content last changed. Returns whether it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if unchanged_ok and path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+    if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
         return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
