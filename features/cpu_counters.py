@@ -164,7 +164,8 @@ class CpuCounters:
 
 def counter_row(job: dict, event: dict, usable: list[str], reasons: dict[str, str], version: str | None) -> dict:
     """A CPU_COUNTERS row from the harness's done event of one kernel (values per call)."""
-    row = {"record_id": job["record_id"], "task_id": job["task_id"], "perf_version": version}
+    row = {"record_id": job["record_id"], "task_id": job["task_id"], "perf_version": version,
+           **{k: event.get(k) for k in harness.HOST_FIELDS}}  # where it ran
     if event.get("error"):
         row["error"] = event["error"]
         return row
@@ -191,5 +192,6 @@ def load(ws: Workspace, device: str) -> tuple[pd.DataFrame, dict[str, str]]:
         r = df[f"perf.{col}.reason"].dropna()
         if len(r):
             reasons[f"perf.{col}"] = str(r.iloc[0])
-    keep = [c for c in df.columns if not c.endswith(".reason") and c not in ("error", "perf_version")]
+    meta = ("error", "perf_version", *harness.HOST_FIELDS)
+    keep = [c for c in df.columns if not c.endswith(".reason") and c not in meta]
     return df[keep], reasons

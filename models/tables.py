@@ -98,8 +98,37 @@ def gather_segments(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, 
 # ----------------------------------------------------------------------------- labels
 
 
-def successful_measurements(ws: Workspace) -> pd.DataFrame:
-    """Measurements without an error, with a positive latency and not found incorrect."""
+class MixedHardwareError(WorkspaceError):
+    """Measurements of one workspace come from several machines and mixing was not asked for."""
+
+
+# What a row measured before hardware identity was recorded counts as.
+UNRECORDED = "unrecorded (measured before the hardware was recorded)"
+
+
+def hardware_of(meas: pd.DataFrame) -> pd.Series:
+    """Each measurement's hardware identity (`hardware`; UNRECORDED where it is null)."""
+    if "hardware" not in meas.columns:
+        return pd.Series(UNRECORDED, index=meas.index)
+    return meas["hardware"].astype(object).where(meas["hardware"].notna(), UNRECORDED)
+
+
+def check_one_machine(ws: Workspace, meas: pd.DataFrame) -> None:
+    """Refuse measurements of several machines: a label compares a record's latency with
+    its task's best, which means nothing across machines."""
+    counts = hardware_of(meas).value_counts()
+    if len(counts) > 1:
+        which = " and ".join(f"{hw!r} ({n} records)" for hw, n in counts.items())
+        raise MixedHardwareError(
+            f"{ws.measurements} holds measurements of {len(counts)} machines: {which}. Labels compare each "
+            f"record with its task's best latency, which is meaningless across machines. Set "
+            f"train.allow_mixed_hardware=true to label each machine's records against that machine's own best "
+            f"(README: Merging datasets from several machines), or keep one machine's measurements.")
+
+
+def successful_measurements(ws: Workspace, *, allow_mixed_hardware: bool = False) -> pd.DataFrame:
+    """Measurements without an error, with a positive latency and not found incorrect, of
+    one machine (`allow_mixed_hardware`: of every machine, one row per record and machine)."""
     meas = read_table(ws.require(ws.measurements, "measure"), S.MEASUREMENTS)
     if meas.empty:
         raise WorkspaceError(f"{ws.measurements} has no rows: run `python -m pipeline stage=measure` first.")
@@ -112,16 +141,21 @@ def successful_measurements(ws: Workspace) -> pd.DataFrame:
         first = errs.iloc[0] if len(errs) else "latency not positive or output incorrect"
         raise WorkspaceError(f"{ws.measurements}: none of {len(meas)} measurements succeeded (first error: "
                              f"{first}); fix the build/run problem and re-run stage=replay/measure with force=true.")
+    good = good.assign(hardware=hardware_of(good))
+    if not allow_mixed_hardware:
+        check_one_machine(ws, good)
     # A record measured twice (a re-run with force) keeps its last row.
-    return good.drop_duplicates("record_id", keep="last").reset_index(drop=True)
+    return good.drop_duplicates(["record_id", "hardware"], keep="last").reset_index(drop=True)
 
 
-def labelled_records(ws: Workspace) -> pd.DataFrame:
-    """record_id, task_id, name, network, group, weight, mean_s, label for every good record."""
+def labelled_records(ws: Workspace, *, allow_mixed_hardware: bool = False) -> pd.DataFrame:
+    """record_id, task_id, name, network, group, weight, mean_s, label, hardware for every
+    good record. Labels are per task, and per machine where several are allowed."""
     tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
-    meas = successful_measurements(ws)[["record_id", "task_id", "mean_s"]]
+    meas = successful_measurements(ws, allow_mixed_hardware=allow_mixed_hardware)
+    meas = meas[["record_id", "task_id", "mean_s", "hardware"]]
     meas = meas.assign(mean_s=meas["mean_s"].astype(np.float64))
-    meas["label"] = meas.groupby("task_id")["mean_s"].transform("min") / meas["mean_s"]
+    meas["label"] = meas.groupby(["task_id", "hardware"])["mean_s"].transform("min") / meas["mean_s"]
     t = tasks[["task_id", "name", "network", "weight"]].copy()
     t["network"] = t["network"].fillna("")
     t["weight"] = t["weight"].fillna(1).astype(np.int64)
@@ -192,7 +226,8 @@ def load_profiler(ws: Workspace, kind: str, device: str) -> tuple[pd.DataFrame, 
         df = read_table(path)
         if "error" in df.columns:
             df = df[df["error"].isna()]
-        df = df.drop(columns=[c for c in ("error", "n_kernels", "kernel_names", "device") if c in df.columns])
+        meta = ("error", "n_kernels", "kernel_names", "device", *(f.name for f in S.HOST))
+        df = df.drop(columns=[c for c in meta if c in df.columns])
         return df.drop_duplicates("record_id", keep="last").reset_index(drop=True), {}
     path = ws.features / "cpu" / f"device={device}"
     if not path.exists() or not any(path.rglob("*.parquet")):
@@ -220,12 +255,13 @@ def _usable_columns(df: pd.DataFrame, exclude: list[str]) -> tuple[list[str], di
     return cols, dropped
 
 
-def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = None, device: str | None = None) -> TrainingTable:
+def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = None, device: str | None = None,
+                *, allow_mixed_hardware: bool = False) -> TrainingTable:
     """The training table of a workspace for one feature set (see the module docstring)."""
     if feature_set not in FEATURE_SETS:
         raise FeatureSetError(f"features={feature_set!r} is not a feature set; valid: {', '.join(FEATURE_SETS)}")
     exclude = list(exclude or [])
-    recs = labelled_records(ws)
+    recs = labelled_records(ws, allow_mixed_hardware=allow_mixed_hardware)
     kind = target_kind(ws)
     notes: dict = {"records_measured": len(recs)}
     groups: dict[str, list[str]] = {}

@@ -35,6 +35,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def copy_workspace(root: Path, overrides: list[str], data: Path, *skip: str) -> tuple[Path, list[str]]:
+    """(root, overrides) of a copy of the workspace at `root` under the data folder `data`,
+    without the entries named in `skip` (e.g. "measurements", "runner")."""
+    import shutil
+
+    shutil.copytree(root, data / root.name, ignore=shutil.ignore_patterns(*skip) if skip else None)
+    return data / root.name, [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}"]
+
+
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
     if not SHARED_FIXTURES.exists():

@@ -79,6 +79,7 @@ def test_hang_crash_and_wrong_results_become_rows_and_runs_resume(kernels, tmp_p
     good = res["good1"]
     assert "error" not in good and good["repeats"] == 2 and good["mean_s"] > 0 and "checked" not in good
     assert good["median_s"] >= good["min_s"] and len(good["run_secs"]) == 2
+    assert res["crash"]["hardware"] == good["hardware"]  # written by the supervisor, for a child that died
     assert res["ok"]["checked"] and res["ok"]["correct"] and res["ok"]["max_abs_err"] == 0.0
     assert res["wrong"]["checked"] and res["wrong"]["correct"] is False
     assert abs(res["wrong"]["max_abs_err"] - 1.0) < 1e-6
@@ -88,6 +89,40 @@ def test_hang_crash_and_wrong_results_become_rows_and_runs_resume(kernels, tmp_p
     again = harness.supervise(jobs, out, root=tmp_path, options=TIMER, python="/nonexistent/python")
     assert again == list(res.values())
     assert sorted(_starts(out)) == sorted(res)
+
+
+def test_the_timer_flushes_the_cpu_cache_unless_told_not_to_and_says_where_it_ran(kernels, tmp_path):
+    jobs = [dict(record_id="a", artifact=kernels["add_one"], args=ADD_ARGS)]
+    on = harness.supervise(jobs, tmp_path / "on.jsonl", root=tmp_path, options=TIMER)[0]
+    off = harness.supervise(jobs, tmp_path / "off.jsonl", root=tmp_path, options=dict(TIMER, cache_flush=0))[0]
+    assert "error" not in on and "error" not in off
+    assert on["cache_flush"] is True and off["cache_flush"] is False
+    with open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    if model:
+        assert on["cpu_model"] == model
+    assert on["cpu_count"] == os.cpu_count() and on["gpu_name"] is None and on["gpu_driver"] is None
+    assert on["hardware"] == f"{on['cpu_model']}, {os.cpu_count()} CPUs" == harness.host_identity("cpu")["hardware"]
+
+
+def test_the_gpu_that_cuda_calls_device_0_is_the_one_named():
+    gpus = [dict(index="0", uuid="GPU-aaaa", name="NVIDIA A", driver_version="550.1"),
+            dict(index="1", uuid="GPU-bbbb", name="NVIDIA B", driver_version="550.1")]
+    for visible, name in [("", "NVIDIA A"), ("1", "NVIDIA B"), ("GPU-bbbb,0", "NVIDIA B"), ("7", "NVIDIA A")]:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        try:
+            assert harness.visible_gpu(gpus)["name"] == name
+        finally:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+    assert harness.visible_gpu([]) is None
+
+
+@pytest.mark.gpu
+def test_a_gpu_host_names_its_gpu_and_driver():
+    import tvm
+
+    ident = harness.device_identity("cuda", tvm.cuda(0))
+    assert ident["gpu_name"] == tvm.cuda(0).device_name == ident["hardware"] and ident["gpu_driver"]
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks a host without a CUDA device")

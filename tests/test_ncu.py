@@ -130,8 +130,9 @@ def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path
     cmd = profile.harness_command(sys.executable, jobs_file, progress, ws.root, profile.Options(device="cpu"))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    started, done = profile.read_progress(progress)
+    started, done, host = profile.read_progress(progress)
     assert started == [j["record_id"] for j in jobs]
+    assert host["hardware"] and host["cpu_count"] and host["gpu_name"] is None  # where they ran: this CPU
     assert done[jobs[0]["record_id"]] is None and done[jobs[2]["record_id"]] is None
     assert "missing.so" in done["missing"]
     # A second run resumes: nothing left to do.

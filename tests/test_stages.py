@@ -156,3 +156,47 @@ def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_
     assert back["measured"] == len(built) and back["checked"] >= 3 and back["incorrect"] == 0
     meas = read_table(data / root.name / "measurements", S.MEASUREMENTS)
     assert set(meas["record_id"]) == set(read_table(data / root.name / "kernels", S.KERNELS)["record_id"])
+
+
+def test_a_task_that_failed_to_sample_is_tried_again(tmp_path):
+    """A failed task is not done: the next run samples it without force, and its failure row goes."""
+    from pipeline.stages.sample import failed_row_id
+
+    over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke",
+            "budget.candidates_per_task=4"]
+    run_stage("tasks", over)
+    ws = Workspace.from_cfg(compose(over))
+    task = ws.read("tasks").iloc[0]
+    # The row that sample writes for a task whose design space gave nothing (e.g. under a bad setting).
+    with ws.writer("candidates") as out:
+        out.add([dict(record_id=failed_row_id(task.task_id, "replay-trace"), task_id=task.task_id,
+                      strategy="replay-trace", error="the design space produced no candidate")])
+    out = run_stage("sample", over)
+    assert out["retried_tasks"] == 1 and out["new"] == 4 and out["failed_tasks"] == 0
+    cands = ws.read("candidates")
+    assert len(cands) == 4 and cands["error"].isna().all()
+    assert out["records"] == 4 and run_stage("sample", over)["new"] == 0
+
+
+def test_a_lost_library_is_built_again_not_labelled_failed(measured_workspace, tmp_path):
+    from conftest import copy_workspace
+
+    root, over = copy_workspace(*measured_workspace, tmp_path, "measurements", "runner")
+    ws = Workspace(root)
+    built = ws.read("kernels").dropna(subset=["artifact"])
+    lost = set(built["record_id"].iloc[:2])
+    for rid in lost:
+        (root / "lib" / f"{rid}.so").unlink()
+    out = run_stage("measure", over)
+    assert out["missing_library"] == 2 and out["measured"] + out["failed"] == len(ws.read("kernels")) - 2
+    assert not lost & set(ws.read("measurements")["record_id"])
+    task_of = dict(zip(ws.read("tasks")["workload_index"], ws.read("tasks")["task_id"]))
+    secs = {r.record_id(task_of[r.workload_index]): r.run_secs for r in D.read_record_lines([ws.db_tuning_record])[0]}
+    assert all(secs[rid] is None for rid in lost)  # not measured, and not 1e10
+    out = run_stage("replay", over)
+    assert out["rebuilt_lost"] == 2 and out["new"] == 2 and out["built"] == 2
+    kernels = ws.read("kernels")
+    assert kernels["record_id"].is_unique and all((root / "lib" / f"{rid}.so").exists() for rid in lost)
+    assert run_stage("measure", over)["measured"] == 2
+    meas = ws.read("measurements").set_index("record_id")
+    assert meas.index.is_unique and meas.loc[sorted(lost), "error"].isna().all()

@@ -127,7 +127,7 @@ def test_stage_tasks_on_zoo(tmp_path):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["dataset=zoo", "dataset.networks=[resnet18]", "budget=smoke",
                                            f"paths.data={tmp_path}"])
-    assert tasks.run(cfg) == {"tasks": 3}
+    assert tasks.run(cfg) == {"tasks": 3, "records": 0}
     df = read_table(Workspace.from_cfg(cfg).tasks)
     assert set(df["network"]) == {"resnet18"} and set(df["source"]) == {"zoo"}
     # budget=smoke keeps the heaviest tasks (weight x FLOPs): convolutions.

@@ -100,13 +100,17 @@ class Outcome:
     dropped_metrics: dict[str, str] = field(default_factory=dict)  # metric -> reason
     reports: list[str] = field(default_factory=list)
     invocations: int = 0
+    host: dict = field(default_factory=dict)  # where the kernels ran (harness.HOST_FIELDS)
 
 
-def read_progress(path: Path) -> tuple[list[str], dict[str, str | None]]:
-    """(record ids started, record id -> error or None for those done) of a harness events file."""
+def read_progress(path: Path) -> tuple[list[str], dict[str, str | None], dict]:
+    """(record ids started, record id -> error or None for those done, where they ran) of a
+    harness events file."""
     events = harness.read_events(path)
     started = [ev["record_id"] for ev in events if ev.get("event") == "start"]
-    return started, {ev["record_id"]: ev.get("error") for ev in events if ev.get("event") == "done"}
+    done = [ev for ev in events if ev.get("event") == "done"]
+    host = next(({k: ev.get(k) for k in harness.HOST_FIELDS} for ev in done if ev.get("hardware")), {})
+    return started, {ev["record_id"]: ev.get("error") for ev in done}, host
 
 
 def settle(batch: list[str], started: list[str], done: dict[str, str | None], profiled: set[str],
@@ -180,7 +184,8 @@ def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, pytho
         text = log_file.read_text(errors="replace") if log_file.exists() else ""
         out.invocations += 1
         check_output(text)
-        started, done = read_progress(progress)
+        started, done, host = read_progress(progress)
+        out.host = out.host or host
         bad = unknown_metrics(text, metrics) if metrics else []
         if bad:  # drop what this device does not know and profile the batch again
             for m in bad:
@@ -217,7 +222,8 @@ def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, pytho
         ok = set(accepted)
         part = Outcome(kernels=[r for r in profiled_rows if r["record_id"] in ok], errors=errors,
                        units=out.units, string_metrics=out.string_metrics, metrics=out.metrics,
-                       dropped_metrics=out.dropped_metrics, reports=[str(rep)] if rep.exists() else [])
+                       dropped_metrics=out.dropped_metrics, reports=[str(rep)] if rep.exists() else [],
+                       host=out.host or harness.host_identity(opts.device))
         out.kernels += part.kernels
         out.errors.update(errors)
         if on_batch:
@@ -313,10 +319,10 @@ def write_outcome(part: Outcome, settled_jobs: list[dict], tables: tuple[Table, 
               for t, per_kernel in ((kernels, True), (records, False)))
     ks, rs = (s.with_metadata({**s.metadata, **meta}) for s in (ks, rs))
     task_of = {j["record_id"]: j["task_id"] for j in settled_jobs}
-    krows = [dict(r, task_id=task_of[r["record_id"]]) for r in part.kernels]
-    rrows = [dict(r, task_id=task_of[r["record_id"]])
+    krows = [dict(r, task_id=task_of[r["record_id"]], **part.host) for r in part.kernels]
+    rrows = [dict(r, task_id=task_of[r["record_id"]], **part.host)
              for r in report.aggregate(part.kernels, cols, part.string_metrics)]
-    err = [dict(record_id=rid, task_id=task_of[rid], error=e) for rid, e in part.errors.items()]
+    err = [dict(record_id=rid, task_id=task_of[rid], error=e, **part.host) for rid, e in part.errors.items()]
     write(kernels, krows + err, ks)
     write(records, rrows + err, rs)
     return len(rrows), len(err)

@@ -211,7 +211,8 @@ def write_launches(rep: Report, path: Path, report_name: str) -> Path:
     """The kernel table of one report: `ncu_launches_schema`, with ncu's units, the names
     aliased columns were read from and the reasons for all-null columns in the metadata."""
     strings = set(rep.string_metrics)
-    rows = [dict(r, report=report_name, **{m: str(r[m]) for m in strings if r.get(m) is not None}) for r in rep.rows]
+    rows = [dict(r, report=report_name, gpu_name=r["device"], hardware=r["device"],  # all a report says of its host
+                 **{m: str(r[m]) for m in strings if r.get(m) is not None}) for r in rep.rows]
     schema = ncu_launches_schema(rep.metrics, frozenset(strings))
     meta = {b"pipeline.units": json.dumps(rep.units).encode(),
             b"pipeline.metric_sources": json.dumps(rep.sources).encode(),

@@ -11,7 +11,9 @@ and export functions (LocalBuilder's `default_build` / `default_export`) on TVM'
 builder and import the intrinsics once, the fast way. The pool enforces the per-build
 timeout inside each worker and replaces a worker that timed out or crashed, so a build
 that hangs (LLVM can spend an hour on one huge unrolled loop) or kills its process
-becomes an error result and nothing else is lost.
+becomes an error result and nothing else is lost. Each worker dies with the process that
+started it (`harness.die_with_parent`), so a replay or tuning run killed even with SIGKILL
+leaves no build running behind it.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from pipeline.core import database as D
 from pipeline.core.executor import RECYCLE_AFTER
-from pipeline.core.harness import short_error
+from pipeline.core.harness import die_with_parent, short_error
 from pipeline.core.tvm_compat import preload_tensor_intrin
 
 
-def _worker_init() -> None:
-    preload_tensor_intrin()  # what default_build imports, once per worker and fast
+def _worker_init(parent: int, preload_intrinsics: bool) -> None:
+    die_with_parent(parent)
+    if preload_intrinsics:
+        preload_tensor_intrin()  # what default_build imports, once per worker and fast
 
 
 def _build(mod, target, params) -> str:
@@ -81,7 +85,7 @@ class PersistentBuilder(PyBuilder):
     def _pool(self) -> PopenPoolExecutor:
         if self.pool is None:
             self.pool = PopenPoolExecutor(max_workers=self.max_workers, timeout=self.timeout_sec,
-                                          initializer=_worker_init if self.preload_intrinsics else None,
+                                          initializer=_worker_init, initargs=(os.getpid(), self.preload_intrinsics),
                                           maximum_process_uses=self.recycle_after)
         return self.pool
 

@@ -1,24 +1,43 @@
-"""The workspace's MetaSchedule JSON database, read line by line.
+"""The workspace's MetaSchedule JSON database, read line by line and rebuilt from the tables.
 
 `ms.database.JSONDatabase` refuses a whole file when one line is corrupt; a dataset of
 hours of measurements must not be lost to one bad line, so lines are parsed here one at
-a time and bad ones are reported with their file and line number.
+a time (as bytes: damaged text is a bad line too) and bad ones are reported with their
+file and line number and skipped.
+
+The tuning records are derived data: `candidates/` holds every sampled trace and
+`measurements/` every run time, so `sync_records` can always make the record files agree
+with them. It keeps the lines that are right, puts the latest run times in, and writes
+back, from the tables, every record that a file lost; a line it takes out (corrupt, or
+pointing at no workload) is kept, with the reason, in `<file>.removed`. New records are
+serialized by MetaSchedule itself (`new_record_lines`) into a scratch database, so no
+stage ever has to load a record file that might hold a bad line.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pandas as pd
+
+from pipeline.core import identity
+from pipeline.core.locks import file_lock
 from pipeline.core.workspace import Workspace, atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
 # MetaSchedule's run time for a candidate that failed to build or run.
 FAILED_RUN_SECS = 1e10
+# How to rebuild database_workload.json (it keeps every record: see sync_records).
+REPAIR_WORKLOADS = "rebuild it with `python -m pipeline stage=tasks force=true` (every record is kept)"
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
 
 
 @dataclass
@@ -28,19 +47,21 @@ class RecordLine:
     run_secs: list | None
     target: dict | None
     args_info: list | None
-    file: str
-    line_no: int
+    file: str | None
+    line_no: int | None
+    raw: str | None = None  # the line as read; None once something in it changed
 
     @property
     def trace_text(self) -> str:
-        return json.dumps(self.trace, separators=(",", ":"))
+        return _dumps(self.trace)
 
     def record_id(self, task_id: str) -> str:
-        return hashlib.sha1(f"{task_id}\n{self.trace_text}".encode()).hexdigest()[:16]
+        return identity.record_id(task_id, self.trace_text)
 
     def to_line(self) -> str:
-        body = [self.trace, self.run_secs, self.target, self.args_info]
-        return json.dumps([self.workload_index, body], separators=(",", ":"))
+        if self.raw is not None:
+            return self.raw
+        return _dumps([self.workload_index, [self.trace, self.run_secs, self.target, self.args_info]])
 
 
 @dataclass
@@ -48,9 +69,20 @@ class BadLine:
     file: str
     line_no: int
     reason: str
+    raw: bytes = b""
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line_no}: {self.reason}"
+
+
+class WorkloadLines(list):
+    """database_workload.json, one entry per non-blank line (the index that records and
+    `tasks.workload_index` use): `[structural_hash, workload_json]`, or None for a line that
+    cannot be read (`bad` says why)."""
+
+    def __init__(self, lines, bad: dict[int, BadLine]):
+        super().__init__(lines)
+        self.bad = bad
 
 
 def record_files(ws: Workspace) -> list[Path]:
@@ -65,43 +97,69 @@ def shard_record_file(ws: Workspace, shard_index: int, shard_count: int) -> Path
     return ws.root / f"database_tuning_record.shard-{shard_index}.json"
 
 
-def read_workload_lines(ws: Workspace) -> list[list]:
-    """[structural_hash, workload_json] per line; a bad workload file is fatal (tasks owns it)."""
-    out = []
-    for i, line in enumerate(ws.db_workload.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+def _lines(path: Path):
+    """(line number, bytes) of every non-blank line of a file."""
+    for i, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
+        if line.strip():
+            yield i, line.rstrip(b"\r")
+
+
+def _decode(line: bytes):
+    """A line's JSON value; ValueError (UnicodeDecodeError, JSONDecodeError) when it has none."""
+    return json.loads(line.decode("utf-8"))
+
+
+def read_workload_lines(ws: Workspace) -> WorkloadLines:
+    """database_workload.json line by line; a bad line is logged with its file and line
+    number and its entry is None (the tasks on it are skipped by the stages)."""
+    out, bad = [], {}
+    for i, line in _lines(ws.db_workload):
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"{ws.db_workload}:{i}: corrupted workload line ({e}); rebuild it with "
-                f"`python -m pipeline stage=tasks force=true`"
-            ) from e
-    return out
+            value = _decode(line)
+            if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+                raise ValueError("expected [structural_hash, workload]")
+            out.append(value)
+        except ValueError as e:
+            bad[len(out)] = BadLine(str(ws.db_workload), i, f"corrupted workload line ({_reason(e)})", line)
+            log.warning("%s; %s", bad[len(out)], REPAIR_WORKLOADS)
+            out.append(None)
+    return WorkloadLines(out, bad)
+
+
+def usable_tasks(tasks: pd.DataFrame, workloads: WorkloadLines, stage: str) -> pd.DataFrame:
+    """The tasks whose workload line can be read; the others are named once, with the fix."""
+    ok = tasks["workload_index"].map(lambda i: 0 <= int(i) < len(workloads) and workloads[int(i)] is not None)
+    for t in tasks[~ok].itertuples():
+        where = workloads.bad.get(int(t.workload_index))
+        log.warning("stage=%s skips task %s (%s) and its records: %s; %s", stage, t.name, t.task_id,
+                    where or f"{len(workloads)} workload lines, none at index {t.workload_index}", REPAIR_WORKLOADS)
+    return tasks[ok]
 
 
 def read_record_lines(files: list[Path]) -> tuple[list[RecordLine], list[BadLine]]:
     good, bad = [], []
     for f in files:
-        for i, line in enumerate(f.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
+        for i, line in _lines(f):
             try:
-                idx, body = json.loads(line)
+                idx, body = _decode(line)
                 trace, run_secs, target, args_info = (list(body) + [None] * 4)[:4]
-                if not isinstance(idx, int) or not isinstance(trace, list):
+                if not isinstance(idx, int) or idx < 0 or not (isinstance(trace, list) and len(trace) == 2):
                     raise ValueError("expected [workload_index, [trace, run_secs, target, args_info]]")
-                good.append(RecordLine(idx, trace, run_secs, target, args_info, str(f), i))
+                if run_secs is not None and not (isinstance(run_secs, list) and
+                                                 all(isinstance(x, (int, float)) for x in run_secs)):
+                    raise ValueError("run_secs is not a list of numbers")
+                good.append(RecordLine(idx, trace, run_secs, target, args_info, str(f), i, line.decode()))
             except (ValueError, TypeError) as e:
-                bad.append(BadLine(str(f), i, f"corrupted tuning record ({e})"))
+                bad.append(BadLine(str(f), i, f"corrupted tuning record ({_reason(e)})", line))
     for b in bad:
         log.warning("skipping %s", b)
     return good, bad
 
 
-def rewrite_records(path: Path, records: list[RecordLine]) -> None:
-    atomic_write_bytes(path, ("\n".join(r.to_line() for r in records) + "\n").encode() if records else b"")
+def _reason(e: Exception) -> str:
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at column {e.start + 1}"
+    return f"{type(e).__name__}: {e}"[:200]
 
 
 def load_workload_mod(workload_line: list):
@@ -109,6 +167,8 @@ def load_workload_mod(workload_line: list):
     # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
+    if workload_line is None:
+        raise ValueError(f"corrupted workload line: {REPAIR_WORKLOADS}")
     return ms.database.Workload.from_json(workload_line).mod
 
 
@@ -119,3 +179,186 @@ def load_trace(workload_line: list, record: list):
 
     wl = ms.database.Workload.from_json(workload_line)
     return ms.database.TuningRecord.from_json(record, wl).trace
+
+
+def new_record_lines(workload_index: int, mod, traces: list, target) -> list[RecordLine]:
+    """Tuning records of `traces` on one workload, serialized by MetaSchedule's JSONDatabase
+    (into a scratch database: the workspace's own files are not read) and numbered with
+    the workspace's `workload_index`."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
+    from tvm.s_tir import meta_schedule as ms
+
+    with tempfile.TemporaryDirectory(prefix="tuning-records-") as tmp:
+        db = ms.database.JSONDatabase(f"{tmp}/workload.json", f"{tmp}/records.json", allow_missing=True)
+        workload = db.commit_workload(mod)
+        args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        for trace in traces:
+            db.commit_tuning_record(ms.database.TuningRecord(trace, workload, None, target, args_info))
+        lines, bad = read_record_lines([Path(tmp) / "records.json"]) if traces else ([], [])
+    assert not bad, bad  # MetaSchedule's own output
+    return [replace(r, workload_index=int(workload_index), file=None, line_no=None, raw=None) for r in lines]
+
+
+def append_records(path: Path, lines: list[RecordLine]) -> None:
+    """Add lines at the end of a record file (a line cut short by a crash stays its own line)."""
+    if not lines:
+        return
+    text = "".join(r.to_line() + "\n" for r in lines).encode()
+    with file_lock(path):
+        with open(path, "ab") as f:
+            if f.tell() and not _ends_with_newline(path):
+                f.write(b"\n")
+            f.write(text)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"
+
+
+# ----------------------------------------------------------------------------- sync
+
+
+def sync_records(ws: Workspace, tasks: pd.DataFrame | None = None, *, fresh: bool = False) -> dict:
+    """Make the tuning-record files agree with `candidates/` and `measurements/`.
+
+    Every sampled candidate of a task in `tasks` (default: tasks.parquet) gets exactly one
+    line, carrying the run times of its latest measurement (MetaSchedule's 1e10 when that
+    failed) or none before it is measured. Lines that are right stay as they are (and
+    where they are), and so do lines of no candidate (records added by other means);
+    duplicates go; corrupt lines and lines that point past the workload
+    file go to `<file>.removed` with the reason; candidates that no file holds are written
+    from the tables into the main file. `fresh=True` (after database_workload.json was
+    rebuilt, when old workload indices mean nothing) writes every candidate's line anew
+    and moves the lines of no candidate to `<file>.removed`. A file whose content does not
+    change is not rewritten. Returns counts."""
+    if tasks is None:
+        if not ws.tasks.exists():
+            return {}
+        tasks = ws.read("tasks")
+    if not ws.db_workload.exists():
+        return {}
+    with file_lock(ws.db_tuning_record):
+        return _sync(ws, tasks, fresh)
+
+
+def _sync(ws: Workspace, tasks: pd.DataFrame, fresh: bool) -> dict:
+    workloads = read_workload_lines(ws)
+    tasks = tasks[tasks["workload_index"].map(lambda i: 0 <= int(i) < len(workloads))]
+    task_of_index = dict(zip(tasks["workload_index"].astype(int), tasks["task_id"]))
+    cands = ws.read("candidates", columns=["record_id", "task_id", "trace_json"])
+    cands = cands[cands["trace_json"].notna() & cands["task_id"].isin(set(task_of_index.values()))]
+    cands = cands.drop_duplicates("record_id")
+    run_secs = measured_run_secs(ws)
+    counts = dict(lines=0, measured=0, updated=0, rebuilt=0, duplicates=0, removed=0)
+    files = record_files(ws)
+    if ws.db_tuning_record not in files:
+        files.insert(0, ws.db_tuning_record)
+    kept: dict[Path, list[RecordLine]] = {}
+    seen: set[str] = set()
+    ids: dict[int, str] = {}  # id(line) -> record id
+    templates: dict[int, tuple] = {}  # workload index -> (target, args_info) as MetaSchedule wrote them
+    wanted = set(cands["record_id"])
+    for f in files:
+        lines, bad = read_record_lines([f]) if f.exists() else ([], [])
+        removed = list(bad)
+        kept[f] = []
+        for r in lines:
+            if r.workload_index >= len(workloads):
+                removed.append(BadLine(str(f), r.line_no, f"workload index {r.workload_index} is past the "
+                                                            f"{len(workloads)} lines of {ws.db_workload.name}",
+                                       r.raw.encode()))
+                continue
+            rid = r.record_id(task_of_index.get(r.workload_index, ""))
+            if rid in seen:
+                counts["duplicates"] += 1
+                continue
+            if fresh and rid not in wanted:
+                removed.append(BadLine(str(f), r.line_no, "no candidate of this workspace has this trace on this "
+                                                          "workload (database_workload.json was rebuilt)",
+                                       r.raw.encode()))
+                continue
+            seen.add(rid)
+            ids[id(r)] = rid
+            if r.target is not None and r.args_info is not None:
+                templates.setdefault(r.workload_index, (r.target, r.args_info))
+            if fresh:
+                continue  # written anew below, from the tables
+            secs = run_secs.get(rid)
+            if rid in wanted and secs != r.run_secs:  # a candidate's line says what measurements/ says
+                r.run_secs, r.raw = secs, None
+                counts["updated"] += 1
+            kept[f].append(r)
+        if removed:
+            _keep_removed(f, removed)
+            counts["removed"] += len(removed)
+    missing = cands if fresh else cands[~cands["record_id"].isin(seen)]
+    if len(missing):
+        index_of = {t: i for i, t in task_of_index.items()}
+        rebuilt = _lines_from_tables(missing, index_of, run_secs, templates, workloads, tasks)
+        kept[ws.db_tuning_record] += [r for r, _ in rebuilt]
+        ids.update((id(r), rid) for r, rid in rebuilt)
+        counts["rebuilt"] = len(rebuilt) - (len(seen) if fresh else 0)
+    for f, lines in kept.items():
+        if f == ws.db_tuning_record or f.exists() or lines:
+            atomic_write_bytes(f, "".join(r.to_line() + "\n" for r in lines).encode())
+        counts["lines"] += len(lines)
+    counts["measured"] = sum(1 for lines in kept.values() for r in lines if ids.get(id(r)) in run_secs)
+    if counts["rebuilt"] > 0:
+        log.info("%s: %d record(s) written back from candidates/ and measurements/", ws.db_tuning_record,
+                 counts["rebuilt"])
+    return counts
+
+
+def measured_run_secs(ws: Workspace) -> dict[str, list]:
+    """record_id -> the run times of its latest measurement ([1e10] when it failed)."""
+    meas = ws.read("measurements", columns=["record_id", "run_secs", "error"])
+    out = {}
+    for r in meas.drop_duplicates("record_id", keep="last").itertuples():
+        ok = pd.isna(r.error) and r.run_secs is not None and len(r.run_secs)
+        out[r.record_id] = [float(x) for x in r.run_secs] if ok else [FAILED_RUN_SECS]
+    return out
+
+
+def _lines_from_tables(cands: pd.DataFrame, index_of: dict, run_secs: dict, templates: dict,
+                       workloads: WorkloadLines, tasks: pd.DataFrame) -> list[tuple[RecordLine, str]]:
+    """(line, record id) of candidate rows (the trace as sampled) with their measurements.
+    A task whose workload line is corrupt waits for its repair (stage=tasks force=true)."""
+    target_of = dict(zip(tasks["task_id"], tasks["target"]))
+    out = []
+    for task_id, group in cands.groupby("task_id", sort=False):
+        wi = int(index_of[task_id])
+        if wi not in templates:
+            templates[wi] = _template(wi, workloads[wi], target_of.get(task_id))
+        target, args_info = templates[wi]
+        if target is None:
+            continue
+        out += [(RecordLine(wi, json.loads(c.trace_json), run_secs.get(c.record_id), target, args_info, None, None),
+                 c.record_id) for c in group.itertuples()]
+    return out
+
+
+def _template(workload_index: int, workload_line: list | None, target_text: str | None) -> tuple:
+    """(target, args_info) of a task's records, as MetaSchedule serializes them."""
+    # lazy: TVM takes seconds to import, and importing this module must stay cheap
+    from tvm.s_tir import Schedule
+
+    from pipeline.core.targets import make_target
+
+    if workload_line is None or not target_text:
+        return None, None
+    mod = load_workload_mod(workload_line)
+    line = new_record_lines(workload_index, mod, [Schedule(mod).trace], make_target(json.loads(target_text)))[0]
+    return line.target, line.args_info
+
+
+def _keep_removed(path: Path, removed: list[BadLine]) -> Path:
+    """Append lines taken out of `path` to `<path>.removed`, each after a `# file:line: reason` line."""
+    out = path.with_name(path.name + ".removed")
+    with open(out, "ab") as f:
+        for b in removed:
+            f.write(f"# {b}\n".encode() + b.raw + b"\n")
+    log.warning("%s: %d line(s) taken out and kept in %s (%s); the workspace's records are written back from "
+                "candidates/ and measurements/", path, len(removed), out, "; ".join(str(b) for b in removed[:3]))
+    return out

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from hydra.utils import instantiate
 
+from pipeline.core.harness import die_with_parent
 from pipeline.core.workspace import atomic_write_bytes
 
 # Seconds between two looks at jobs in flight: map() yields (possibly nothing) at least
@@ -89,8 +90,10 @@ class LocalExecutor(Executor):
             # TVM takes seconds to import: loaded when there is work for a pool.
             from tvm.support.popen_pool import PopenPoolExecutor
 
+            # Workers die with this process, however it ends (SIGKILL included).
             self.pools[timeout_s] = PopenPoolExecutor(max_workers=self.workers, timeout=timeout_s,
-                                                      maximum_process_uses=self.recycle_after)
+                                                      maximum_process_uses=self.recycle_after,
+                                                      initializer=die_with_parent, initargs=(os.getpid(),))
         return self.pools[timeout_s]
 
     def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None):

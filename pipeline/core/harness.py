@@ -13,12 +13,16 @@ jobs.jsonl: one JSON object a line: `record_id`, `artifact` (path relative to --
 seed of the inputs and sampled outputs of the unscheduled workload).
 events.jsonl: a `start` line before each kernel and a `done` line after it (with `error`
 when the kernel failed, crashed the process or ran past --timeout-s), flushed at once.
-Jobs that already have a `done` line are skipped, so an interrupted run resumes.
+Every `done` line says where it ran (`hardware`, `cpu_model`, `cpu_count`, `gpu_name`,
+`gpu_driver`: read from /proc/cpuinfo, the TVM device and `nvidia-smi`). Jobs that already
+have a `done` line are skipped, so an interrupted run resumes.
 
 Instruments:
   timer  MetaSchedule's runner: `time_evaluator` with --number calls per repeat, --repeat
-         repeats, each at least --min-repeat-ms; results in seconds per call. With a
-         reference, the outputs are compared first (--rtol/--atol).
+         repeats, each at least --min-repeat-ms; results in seconds per call. On a CPU the
+         cache is flushed before every repeat (--cache-flush 1, the default; MetaSchedule's
+         `enable_cpu_cache_flush`). With a reference, the outputs are compared first
+         (--rtol/--atol).
   nvtx   --warmup calls, then one call inside an NVTX push/pop range named by the record
          id in domain --domain, so `ncu --nvtx --nvtx-include` profiles exactly that call.
   perf   calibrate N calls to last --min-time-s (at most --max-calls), then run them with
@@ -28,15 +32,20 @@ Instruments:
 By default the jobs run in a child process (this file with --in-process) whose output
 goes to `<out>.log`: a kernel that crashes the child or runs past --timeout-s becomes a
 `done` line with its error and a new child goes on with the rest. --in-process runs them
-in this process, as under ncu, which then watches the process itself.
+in this process, as under ncu, which then watches the process itself. A child dies with
+the process that started it (Linux PR_SET_PDEATHSIG, else a thread that watches its
+parent), so a supervisor killed even with SIGKILL leaves no kernel running behind it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import json
 import math
 import os
+import platform
 import resource
 import selectors
 import shutil
@@ -45,6 +54,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +72,118 @@ EXIT_CONTEXT_LOST = 4
 STARTUP_S = 180.0
 # Seconds between two looks at a running child.
 POLL_S = 0.05
+
+
+# ----------------------------------------------------------------------------- process lifetime
+
+# prctl option: the signal this process gets when the thread that started it exits.
+PR_SET_PDEATHSIG = 1
+# Exit code of a child whose parent was already gone when it started.
+EXIT_ORPHANED = 5
+
+# `harness.py EXEC_WITH_PARENT <pid> <command...>`: arm die_with_parent, then exec the command.
+EXEC_WITH_PARENT = "--exec-with-parent"
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have this process killed when its parent dies: PR_SET_PDEATHSIG on Linux, else a
+    daemon thread that watches the parent id. `parent`: the pid this process must still be
+    a child of (a parent that died before this call is caught too)."""
+    try:
+        armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        armed = False
+    first = os.getppid()
+    if parent is not None and first != parent:
+        os._exit(EXIT_ORPHANED)
+    if not armed:
+        def watch():
+            while os.getppid() == first:
+                time.sleep(0.5)
+            os._exit(EXIT_ORPHANED)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def orphan_safe(cmd: list[str]) -> list[str]:
+    """`cmd`, started so that it dies with this process: this file arms PR_SET_PDEATHSIG
+    and execs it (the setting survives exec, so ncu or any program is covered)."""
+    return [sys.executable, str(HARNESS), EXEC_WITH_PARENT, str(os.getpid()), *cmd]
+
+
+# ----------------------------------------------------------------------------- where it runs
+
+# The columns that say where a kernel ran, in every `done` event and every measurement and
+# profiler row. `hardware` is what the label tables compare: the GPU's name on a GPU, the
+# CPU model and its logical CPU count on a CPU.
+HOST_FIELDS = ("hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver")
+
+
+def cpu_model() -> str:
+    """The CPU's model string (/proc/cpuinfo's `model name`, `Model` or `Hardware`), else
+    what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo", errors="replace") as f:
+            fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+    except OSError:
+        fields = {}
+    for key in ("model name", "Model", "Hardware", "cpu model"):
+        if fields.get(key):
+            return fields[key]
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def nvidia_smi_gpus() -> list[dict]:
+    """index, uuid, name, driver_version of every GPU `nvidia-smi` lists (none without it)."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=index,uuid,name,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    rows = [[c.strip() for c in line.split(",")] for line in out.stdout.splitlines() if line.count(",") >= 3]
+    return [dict(index=r[0], uuid=r[1], name=",".join(r[2:-1]), driver_version=r[-1]) for r in rows] \
+        if out.returncode == 0 else []
+
+
+def visible_gpu(gpus: list[dict]) -> dict | None:
+    """The GPU that CUDA calls device 0: the first of CUDA_VISIBLE_DEVICES (index or UUID)."""
+    if not gpus:
+        return None
+    first = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    for g in gpus:
+        if first and (g["index"] == first or g["uuid"].startswith(first)):
+            return g
+    return gpus[0]
+
+
+@functools.lru_cache(maxsize=None)
+def host_identity(device: str = "cpu", gpu_name: str | None = None, gpu_driver: str | None = None) -> dict:
+    """Where kernels of `device` run on this host (HOST_FIELDS). On a GPU, the name CUDA
+    gives device 0 (`gpu_name`, from the TVM device) wins over `nvidia-smi`'s; the driver is
+    `nvidia-smi`'s (the same for every GPU of a host), else the TVM device's."""
+    out = dict(cpu_model=cpu_model(), cpu_count=os.cpu_count(), gpu_name=None, gpu_driver=None)
+    if device == "cuda":
+        smi = visible_gpu(nvidia_smi_gpus()) or {}
+        out.update(gpu_name=gpu_name or smi.get("name"), gpu_driver=smi.get("driver_version") or gpu_driver)
+        out["hardware"] = out["gpu_name"] or "unknown GPU"
+    else:
+        out["hardware"] = f"{out['cpu_model']}, {out['cpu_count']} CPUs"
+    return {k: out[k] for k in HOST_FIELDS}
+
+
+def device_identity(device: str, dev) -> dict:
+    """host_identity with what the TVM device `dev` says of itself."""
+    if device != "cuda":
+        return host_identity(device)
+    name = driver = None
+    try:
+        name, driver = dev.device_name, dev.driver_version
+    except Exception:  # noqa: BLE001 - a runtime without these attributes: nvidia-smi tells
+        pass
+    return host_identity(device, str(name) if name else None, str(driver) if driver else None)
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -119,23 +241,30 @@ def choose_cuda_compiler() -> None:
 # ----------------------------------------------------------------------------- events
 
 
-def read_events(path: Path) -> list[dict]:
-    """Every event of an events file (a line cut by a crash is skipped)."""
+def read_events(path: Path, bad: list | None = None) -> list[dict]:
+    """Every event of an events file. A line that is not a JSON object (cut by a crash, or
+    damaged bytes) is skipped; with `bad`, its `(line number, reason)` is appended there."""
     path = Path(path)
     if not path.exists():
         return []
     out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    for i, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
             continue
+        try:
+            event = json.loads(line)
+            if not isinstance(event, dict):
+                raise ValueError("not a JSON object")
+            out.append(event)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            if bad is not None:
+                bad.append((i, f"{type(e).__name__}: {e}"[:200]))
     return out
 
 
-def done_events(path: Path) -> dict[str, dict]:
+def done_events(path: Path, bad: list | None = None) -> dict[str, dict]:
     """record_id -> its (last) `done` event."""
-    return {ev["record_id"]: ev for ev in read_events(path) if ev.get("event") == "done"}
+    return {ev["record_id"]: ev for ev in read_events(path, bad) if ev.get("event") == "done" and "record_id" in ev}
 
 
 class EventTail:
@@ -160,9 +289,11 @@ class EventTail:
         out = []
         for line in data[:end].splitlines():
             try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
+                event = json.loads(line)
+            except ValueError:  # damaged bytes: read_events names the line
                 continue
+            if isinstance(event, dict):
+                out.append(event)
         return out
 
 
@@ -205,10 +336,16 @@ def load_kernel(tvm, dev, job: dict, root: str) -> Kernel:
 class Timer:
     """MetaSchedule's time_evaluator semantics; the outputs are checked against a reference first."""
 
+    # time_evaluator's pre-processing function that evicts every argument but the first from
+    # the CPU caches before each repeat (MetaSchedule's `enable_cpu_cache_flush`).
+    CACHE_FLUSH = "cache_flush_cpu_non_first_arg"
+    # DLPack's device type of a CPU.
+    DL_CPU = 1
+
     def __init__(self, number: int = 1, repeat: int = 3, min_repeat_ms: int = 20, rtol: float = 1e-3,
-                 atol: float = 1e-3):
+                 atol: float = 1e-3, cache_flush: int = 1):
         self.number, self.repeat, self.min_repeat_ms = int(number), int(repeat), int(min_repeat_ms)
-        self.rtol, self.atol = float(rtol), float(atol)
+        self.rtol, self.atol, self.cache_flush = float(rtol), float(atol), bool(int(cache_flush))
 
     def run(self, k: Kernel) -> dict:
         out = {}
@@ -216,12 +353,13 @@ class Timer:
             k.func(*k.args)
             k.device.sync()
             out.update(check_outputs([a.numpy() for a in k.args], k.reference, self.rtol, self.atol))
+        flush = self.cache_flush and k.device.dlpack_device_type() == self.DL_CPU
         timer = k.module.time_evaluator("main", k.device, number=self.number, repeat=self.repeat,
-                                        min_repeat_ms=self.min_repeat_ms)
+                                        min_repeat_ms=self.min_repeat_ms, f_preproc=self.CACHE_FLUSH if flush else "")
         results = [float(x) for x in timer(*k.args).results]
         out.update(run_secs=results, mean_s=statistics.fmean(results), median_s=statistics.median(results),
                    std_s=statistics.pstdev(results) if len(results) > 1 else 0.0, min_s=min(results),
-                   repeats=len(results), number=self.number)
+                   repeats=len(results), number=self.number, cache_flush=flush)
         return out
 
 
@@ -365,7 +503,7 @@ INSTRUMENTS = {"timer": Timer, "nvtx": Nvtx, "perf": Perf}
 # Command-line options of each instrument (name, type, default).
 INSTRUMENT_OPTIONS = {
     "timer": (("number", int, 1), ("repeat", int, 3), ("min_repeat_ms", int, 20), ("rtol", float, 1e-3),
-              ("atol", float, 1e-3)),
+              ("atol", float, 1e-3), ("cache_flush", int, 1)),
     "nvtx": (("domain", str, "tcp_collect"), ("warmup", int, 1)),
     "perf": (("min_time_s", float, 0.2), ("max_calls", int, 100000), ("perf", str, ""), ("perf_events", str, "")),
 }
@@ -376,6 +514,7 @@ INSTRUMENT_OPTIONS = {
 
 def run_in_process(jobs: list[dict], out: Path, root: str, device: str, instrument: str, options: dict) -> int:
     """Run `jobs` here under one instrument, a start and a done event each; returns the exit code."""
+    die_with_parent()  # started by a supervisor, or by ncu: never outlive it
     if device == "cuda":
         choose_cuda_compiler()
     import tvm  # the runtime is needed only here: a supervising parent never loads it
@@ -389,6 +528,7 @@ def run_in_process(jobs: list[dict], out: Path, root: str, device: str, instrume
     except ImportError as e:
         print(f"harness: the {instrument} instrument needs a missing package ({e}); install it", file=sys.stderr)
         return EXIT_UNUSABLE
+    host = device_identity(device, dev)
     done = set(done_events(out))
     with open(out, "a") as f:
         def emit(**event):
@@ -403,11 +543,11 @@ def run_in_process(jobs: list[dict], out: Path, root: str, device: str, instrume
             try:
                 res = inst.run(load_kernel(tvm, dev, job, root))
             except Exception as e:  # noqa: BLE001 - a failing kernel is a result, not a stop
-                emit(event="done", record_id=rid, error=short_error("run", e))
+                emit(event="done", record_id=rid, error=short_error("run", e), **host)
                 if device == "cuda":
                     return EXIT_CONTEXT_LOST
                 continue
-            emit(event="done", record_id=rid, **res)
+            emit(event="done", record_id=rid, **host, **res)
     return 0
 
 
@@ -436,15 +576,16 @@ def run_child(cmd: list[str], log: Path, *, env: dict | None = None, timeout_s: 
     """Run `cmd` in its own process group with its output appended to `log` (a file, never
     an unread pipe: a chatty child cannot block), and kill the group when it runs past
     `timeout_s`, or, with an `events` file, when one kernel runs past `kernel_timeout_s`
-    or nothing starts within `startup_s`. `on_events(list)` gets new events as they come."""
+    or nothing starts within `startup_s`. `on_events(list)` gets new events as they come.
+    The child dies with this process (`orphan_safe`), even when this one is SIGKILLed."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     tail = EventTail(events).skip_existing() if events is not None else None
     t0 = last = time.monotonic()
     started_any = False
     with open(log, "ab") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(orphan_safe(cmd), stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
         try:
             while True:
                 rc = proc.poll()
@@ -513,6 +654,12 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
     wanted = {j["record_id"] for j in jobs}
     results = {rid: ev for rid, ev in done_events(out).items() if rid in wanted}
     started: list[str] = []
+    # Where the kernels run: as the children report it, else this host's own view (the
+    # supervisor shares the host; it only lacks the TVM device's own name for its GPU).
+    host: dict = {}
+
+    def where() -> dict:
+        return host or host_identity(device)
 
     def seen(events):
         for ev in events:
@@ -520,6 +667,8 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
             if ev.get("event") == "start":
                 started.append(rid)
             elif ev.get("event") == "done" and rid in wanted and rid not in results:
+                if not host and ev.get("hardware"):
+                    host.update({k: ev.get(k) for k in HOST_FIELDS})
                 results[rid] = ev
                 if on_done:
                     on_done(ev)
@@ -535,10 +684,11 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
             # The runner could not start at all, or made no progress: every job fails the same way.
             msg = child.verdict or "runner failed"
             tail = log_tail(log)
-            seen([{"event": "done", "record_id": rid, "error": f"{msg}{': ' + tail if tail else ''}"}
+            seen([{"event": "done", "record_id": rid, "error": f"{msg}{': ' + tail if tail else ''}", **where()}
                   for rid in (j["record_id"] for j in jobs) if rid not in results])
             break
-        failed = [{"event": "done", "record_id": rid, "error": child.verdict} for rid in in_flight if child.verdict]
+        failed = [{"event": "done", "record_id": rid, "error": child.verdict, **where()}
+                  for rid in in_flight if child.verdict]
         for ev in failed:
             append_event(out, ev)
         seen(failed)
@@ -558,10 +708,10 @@ def batch_jobs(jobs: list[dict], batch_size: int, events: str, **run) -> list[di
 
 def supervise_job(job: dict, root: str) -> list[dict]:
     """One executor job (pipeline/core/executor.py): a batch of kernels supervised under
-    one instrument, its events in `<root>/<job["events"]>` (started afresh), the done events
-    returned. job: jobs, events, device, instrument, options, timeout_s."""
+    one instrument, its events in `<root>/<job["events"]>` (resumed: the done events of an
+    interrupted run are kept), the done events returned. job: jobs, events, device,
+    instrument, options, timeout_s."""
     out = Path(root) / job["events"]
-    out.unlink(missing_ok=True)
     return supervise(job["jobs"], out, root=root, device=job["device"], instrument=job["instrument"],
                      options=job["options"], timeout_s=job["timeout_s"])
 
@@ -575,6 +725,10 @@ def failed_job(job: dict, reason: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [EXEC_WITH_PARENT]:  # see orphan_safe
+        die_with_parent(int(argv[1]))
+        os.execvp(argv[2], argv[2:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--jobs", required=True, help="jobs.jsonl")

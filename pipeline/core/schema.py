@@ -69,6 +69,18 @@ KERNELS = _schema(
     ],
 )
 
+# Where a kernel was measured or profiled, as the kernel harness detects it (every
+# measurement and profiler row; null in rows written before these columns existed).
+# `hardware` is the identity that label tables compare: the GPU's name on a GPU, the CPU
+# model and its logical CPU count on a CPU.
+HOST = [
+    pa.field("hardware", pa.string()),
+    pa.field("cpu_model", pa.string()),  # /proc/cpuinfo's model name
+    pa.field("cpu_count", pa.int64()),  # logical CPUs of the host
+    pa.field("gpu_name", pa.string()),  # null on a CPU target
+    pa.field("gpu_driver", pa.string()),
+]
+
 MEASUREMENTS = _schema(
     "measurements",
     [
@@ -86,6 +98,8 @@ MEASUREMENTS = _schema(
         pa.field("correct", pa.bool_()),  # null when not checked
         pa.field("max_abs_err", pa.float64()),
         pa.field("error", pa.string()),  # build/run/timeout/crash message, null on success
+        *HOST,
+        pa.field("cache_flush", pa.bool_()),  # CPU caches flushed before every repeat (measure.cache_flush)
     ],
 )
 
@@ -250,6 +264,7 @@ CPU_COUNTERS = _schema(
                                            pa.field(f"perf.{c}.reason", pa.string()))),
         pa.field("perf_version", pa.string()),
         pa.field("error", pa.string()),
+        *HOST,
     ],
 )
 
@@ -263,7 +278,8 @@ def ncu_schema(name: str, metrics: list[str], string_metrics: frozenset = frozen
     else:
         head += [pa.field("n_kernels", pa.int32()), pa.field("kernel_names", pa.string())]
     cols = [pa.field(m, pa.string() if m in string_metrics else pa.float64()) for m in metrics]
-    return _schema(name, [*head, *cols, pa.field("error", pa.string())])
+    host = [f for f in HOST if f.name not in metrics]
+    return _schema(name, [*head, *host, *cols, pa.field("error", pa.string())])
 
 
 def ncu_launches_schema(metrics: list[str], string_metrics: frozenset = frozenset()) -> pa.Schema:

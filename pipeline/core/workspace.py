@@ -23,9 +23,11 @@ from typing import Iterable, Sequence
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from pipeline.core import locks
 from pipeline.core import schema as S
 from pipeline.core.catalog import Table, table
 from pipeline.core.errors import PipelineError
@@ -130,19 +132,23 @@ class Workspace:
 
     def todo(self, name: str | Table, items: pd.DataFrame, *, shard: Shard, force: bool,
              on: Sequence[str] | None = None, device: str | None = None, shard_by: str | None = None,
-             clears: Sequence[str | Table] = ()) -> pd.DataFrame:
+             clears: Sequence[str | Table] = (), retry_errors: bool = False) -> pd.DataFrame:
         """The items of `shard` that table `name` has no row for yet: what a stage still has to do.
 
         Items and table rows are matched on `on` (default: the table's key). force=True first
         deletes this shard's part files of the table and of `clears` (tables written along
-        with it), so the whole shard is redone; other shards keep theirs."""
+        with it), so the whole shard is redone; other shards keep theirs. retry_errors=True:
+        an item whose rows all carry an `error` is not done either (a failure that a new run
+        may not repeat)."""
         t = table(name)
         items = shard.of(items, by=shard_by)
         if force:
             for other in (t, *clears):
                 self.drop_shard(other, shard.index, device)
         keys = list(on or t.key)
-        done = self.read(t, device, columns=keys)
+        done = self.read(t, device, columns=[*keys, "error"] if retry_errors else keys)
+        if retry_errors and "error" in done.columns:
+            done = done[done["error"].isna()]
         if done.empty or items.empty:
             return items
         if len(keys) == 1:
@@ -159,6 +165,38 @@ class Workspace:
         for f in files:
             f.unlink()
         return len(files)
+
+    def delete_rows(self, name: str | Table, keys: Iterable[str], device: str | None = None) -> int:
+        """Delete the rows whose first key column is in `keys` from a table folder (of one
+        device, or of every device); returns how many went. Each part that holds one is
+        rewritten without it (atomically, under its own name); a part left empty goes."""
+        t = table(name)
+        keys = pa.array(sorted(set(keys)), pa.string())
+        folder = self.path(t, device)
+        if not len(keys) or not folder.is_dir():
+            return 0
+        removed = 0
+        for f in part_files(folder):
+            part = pq.ParquetFile(f)  # the part alone: no partition column from its path
+            if t.key[0] not in part.schema_arrow.names:
+                continue
+            n = pc.sum(pc.is_in(part.read(columns=[t.key[0]])[t.key[0]], value_set=keys)).as_py() or 0
+            if not n:
+                continue
+            removed += n
+            data = part.read()
+            keep = data.filter(pc.invert(pc.is_in(data[t.key[0]], value_set=keys)))
+            if keep.num_rows:
+                tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+                pq.write_table(keep, tmp)
+                os.replace(tmp, f)
+            else:
+                f.unlink()
+        return removed
+
+    def stage_lock(self, stage: str, shard: Shard, wait_s: float | None = 0.0):
+        """Held while a stage runs on this shard of the workspace (pipeline/core/locks.py)."""
+        return locks.stage_lock(self.root, stage, shard.index, shard.count, wait_s)
 
     def writer(self, name: str | Table, shard: Shard | int = 0, device: str | None = None, *,
                schema: pa.Schema | None = None, flush_rows: int = FLUSH_ROWS,
@@ -182,13 +220,34 @@ class Workspace:
 # ---------------------------------------------------------------------- writing
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
+def umask() -> int:
+    """The process's file mode creation mask (read, not changed, where Linux tells it)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the only way to read it is to set it (and put it back)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> bool:
+    """Write `path` whole or not at all, with the mode a plain open() would give it (0666
+    less the umask; mkstemp's own is 0600). A file that already holds `data` is left alone:
+    its time stamp then still says when its content last changed. Returns whether it wrote."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+        return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
+        return True
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -351,6 +410,22 @@ def read_table(path: Path, schema: pa.Schema | None = None, columns: Sequence[st
     files = part_files(path)
     if not files:
         return empty_frame(schema, columns)
+    return with_schema_columns(_read_parts(files, columns), schema, columns)
+
+
+def with_schema_columns(frame: pd.DataFrame, schema: pa.Schema | None, columns: Sequence[str] | None) -> pd.DataFrame:
+    """Columns that `schema` has and older files lack (added since), as nulls of their type."""
+    if schema is None:
+        return frame
+    wanted = [f for f in schema if f.name not in frame.columns and (columns is None or f.name in columns)]
+    if not wanted:
+        return frame
+    nulls = pa.table({f.name: pa.nulls(len(frame), f.type) for f in wanted}).to_pandas()
+    nulls.index = frame.index
+    return pd.concat([frame, nulls], axis=1)
+
+
+def _read_parts(files: list[Path], columns: Sequence[str] | None) -> pd.DataFrame:
     dataset = ds.dataset([str(f) for f in files], format="parquet")
     schemas = []
     for fragment in dataset.get_fragments():

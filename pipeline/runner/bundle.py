@@ -18,10 +18,13 @@ Python version (a wheel of 3 MB; `pip download apache-tvm-ffi==<pin> --python-ve
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
 from pipeline.core import harness
+
+log = logging.getLogger(__name__)
 
 # Parts of the installed `tvm` package a runtime-only host does not need.
 COMPILER_ONLY = ("lib/libtvm_compiler.so", "3rdparty", "include", "src")
@@ -70,7 +73,12 @@ def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing:
 
 
 def read_results(path: Path) -> list[dict]:
-    """The `done` events of a results.jsonl written by the harness on the device host."""
+    """The `done` events of a results.jsonl written by the harness on the device host; a
+    line that cannot be read is named with its line number and skipped."""
     if not path.exists():
         raise FileNotFoundError(path)
-    return list(harness.done_events(path).values())
+    bad: list = []
+    done = harness.done_events(path, bad)
+    for line_no, reason in bad:
+        log.warning("%s:%d: skipped, not a harness event (%s)", path, line_no, reason)
+    return list(done.values())

@@ -31,7 +31,7 @@ def timer_options(cfg) -> dict:
     """The timer instrument's options from `measure.*` (MetaSchedule runner semantics)."""
     m = cfg.measure
     return dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
-                rtol=float(m.rtol), atol=float(m.atol))
+                rtol=float(m.rtol), atol=float(m.atol), cache_flush=int(bool(m.cache_flush)))
 
 
 class MeasureMode:
@@ -39,6 +39,8 @@ class MeasureMode:
 
     # False: nothing is measured now (the rows come later, by `import`).
     measures = True
+    # True: the workspace's kernel libraries are read (to run them, or to ship them).
+    reads_libraries = True
 
     def results(self, jobs: list[dict]) -> Iterator[list[dict]]:
         raise NotImplementedError
@@ -49,7 +51,11 @@ class MeasureMode:
 
 class Local(MeasureMode):
     """The kernels run on the executor's devices, `batch_size` per job (one harness child
-    process each, shipped with their libraries and references where the workspace is not)."""
+    process each, shipped with their libraries and references where the workspace is not).
+
+    Here, the harness's events file outlives an interrupted run: the next run takes the
+    results it already holds instead of timing those kernels again. It is emptied once the
+    stage has written a batch's rows (and by force=true)."""
 
     def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: str,
                  executor: Executor):
@@ -60,10 +66,13 @@ class Local(MeasureMode):
     @classmethod
     def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
         kind = device_kind(cfg)
+        events = f"runner/results-{int(cfg.shard.index)}.jsonl"
         if executor.runs_here:
             ensure_device(kind)
+            if cfg.force:
+                (ws.root / events).unlink(missing_ok=True)
         return cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   f"runner/results-{int(cfg.shard.index)}.jsonl", executor)
+                   events, executor)
 
     def batches(self, jobs: list[dict]) -> list[dict]:
         return harness.batch_jobs(jobs, self.batch_size, self.events, device=self.device, instrument="timer",
@@ -73,6 +82,8 @@ class Local(MeasureMode):
         for done in self.executor.map(harness.supervise_job, self.batches(jobs), root=self.root,
                                       failed=harness.failed_job, device=True):
             yield [ev for events in done for ev in events]
+            if self.executor.runs_here:  # resumed here: the stage has written the batch's rows
+                (self.root / self.events).unlink(missing_ok=True)
 
 
 class Export(MeasureMode):
@@ -105,6 +116,8 @@ class Export(MeasureMode):
 
 class Import(MeasureMode):
     """The results.jsonl that the harness wrote on the device host."""
+
+    reads_libraries = False
 
     def __init__(self, results: Path):
         self.path = Path(results)

@@ -9,6 +9,8 @@ matplotlib for seconds).
 
 from __future__ import annotations
 
+import functools
+
 from hydra.utils import get_method
 
 # (shown by `python -m pipeline --help` too, from conf/config.yaml's help template)
@@ -31,8 +33,27 @@ def stages_for_all(cfg) -> list[str]:
     return [n for n in STAGES if n != "download" or str(cfg.dataset.source) == "tenset"]
 
 
+# Stages that write the workspace's tables: one run at a time per workspace and shard
+# (pipeline/core/locks.py). Training, comparing and tuning only read them, and a sweep may
+# run those in parallel.
+LOCKED = ("tasks", "sample", "replay", "measure", "collect")
+
+
 def run_of(name: str):
-    """The run function of stage `name`."""
+    """The run function of stage `name` (holding the workspace's lock for that stage)."""
     if name not in STAGES:
         raise ValueError(f"stage={name!r} is not a stage; valid: all, {', '.join(STAGES)}")
-    return get_method(STAGES[name][0])
+    run = get_method(STAGES[name][0])
+    if name not in LOCKED:
+        return run
+
+    @functools.wraps(run)
+    def locked(cfg):
+        # pandas and pyarrow come with the workspace: imported when a stage runs, not for --help
+        from pipeline.core.sharding import Shard
+        from pipeline.core.workspace import Workspace
+
+        with Workspace.from_cfg(cfg).stage_lock(name, Shard.from_cfg(cfg), wait_s=float(cfg.lock.wait_s)):
+            return run(cfg)
+
+    return locked

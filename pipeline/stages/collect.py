@@ -68,8 +68,9 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, execut
             except cuda_resources.NvccMissing as e:
                 log.warning("%s", e)
         counts["cuda_kernels"] = 0
-    tasks = ws.read("tasks").set_index("task_id")
     workloads = D.read_workload_lines(ws)
+    tasks = D.usable_tasks(ws.read("tasks"), workloads, "collect").set_index("task_id")
+    todo = todo[todo["task_id"].isin(set(tasks.index))]
     jobs = [dict(workload=workloads[int(tasks.loc[task_id, "workload_index"])],
                  target=json.loads(tasks.loc[task_id, "target"]), cuda=cuda, nvcc=str(cfg.collect.nvcc),
                  records=[(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
@@ -106,6 +107,9 @@ def profiler_jobs(ws: Workspace, cands: pd.DataFrame) -> tuple[list[dict], list[
         k = kernels.loc[c.record_id]
         if pd.notna(k["error"]) or pd.isna(k["artifact"]):
             errors.append(dict(record_id=c.record_id, task_id=c.task_id, error=f"no kernel: {k['error']}"))
+            continue
+        if not (ws.root / k["artifact"]).is_file():  # lost since it was built: stage=replay builds it again
+            waiting += 1
             continue
         if c.record_id in meas.index and pd.notna(meas.loc[c.record_id, "error"]):
             errors.append(dict(record_id=c.record_id, task_id=c.task_id,
@@ -161,7 +165,8 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
         bar.close()
     if waiting:
         counts[f"{profiler.name}_not_built"] = waiting
-        log.warning("%d records have no kernel yet: run stage=replay, then stage=collect again", waiting)
+        log.warning("%d records have no kernel (not built yet, or its library is lost): run stage=replay, "
+                    "then stage=collect again", waiting)
     return counts
 
 

@@ -5,9 +5,14 @@ devices (`executor=local`: here; `executor=ray`: the measuring nodes of a Ray cl
 one batch per machine at a time), in child processes of the kernel harness
 (pipeline/core/harness.py, TVM runtime only), so a kernel that crashes or hangs becomes
 an error row and the rest go on; or on a device host through an exported bundle whose
-results are imported back. Run times are written back
-into the workspace's MetaSchedule JSON database, which makes the workspace a
-TenSet-style dataset that `ms.database.JSONDatabase` loads.
+results are imported back. Every row says where it was measured (`hardware`, CPU model
+and count, GPU name and driver) and whether the CPU cache was flushed before each repeat
+(`measure.cache_flush`). Run times are written back into the workspace's MetaSchedule
+JSON database (`database.sync_records`), which makes the workspace a TenSet-style
+dataset that `ms.database.JSONDatabase` loads.
+
+A kernel whose library is missing is not measured (a lost file is not a slow kernel):
+stage=replay builds it again, and the next measure run times it.
 """
 
 from __future__ import annotations
@@ -38,36 +43,20 @@ def check_sample(kernels: pd.DataFrame, per_task: int) -> set:
 
 
 def references(ws: Workspace, tasks: pd.DataFrame, task_ids: set) -> dict[str, str]:
-    """task_id -> its reference file (made once per task), relative to the workspace."""
+    """task_id -> its reference file (made once per task), relative to the workspace; none
+    for a task whose workload line is corrupt (its kernels are timed, not checked)."""
+    if not task_ids:
+        return {}
     workloads = D.read_workload_lines(ws)
+    usable = set(D.usable_tasks(tasks.loc[sorted(task_ids)].reset_index(), workloads, "measure")["task_id"])
     out = {}
-    for tid in sorted(task_ids):
+    for tid in sorted(task_ids & usable):
         path = ws.references / f"{tid}.npz"
         if not path.exists():
             make_reference(D.load_workload_mod(workloads[int(tasks.loc[tid, "workload_index"])]),
                            json.loads(tasks.loc[tid, "args_json"]), path)
         out[tid] = os.path.relpath(path, ws.root)
     return out
-
-
-def write_back(ws: Workspace, measured: pd.DataFrame) -> int:
-    """Put run times into every tuning-record file; failed runs get MetaSchedule's 1e10."""
-    tasks = ws.read("tasks")
-    task_of_index = dict(zip(tasks["workload_index"], tasks["task_id"]))
-    by_id = {r.record_id: r for r in measured.itertuples()}
-    n = 0
-    for f in D.record_files(ws):
-        lines, bad = D.read_record_lines([f])
-        for rec in lines:
-            m = by_id.get(rec.record_id(task_of_index.get(rec.workload_index, "")))
-            if m is None:
-                continue
-            rec.run_secs = list(m.run_secs) if pd.isna(m.error) and m.run_secs is not None else [D.FAILED_RUN_SECS]
-            n += 1
-        if bad:
-            log.warning("%s: %d corrupted line(s) dropped while writing run times back", f, len(bad))
-        D.rewrite_records(f, lines)
-    return n
 
 
 def run(cfg) -> dict:
@@ -87,6 +76,11 @@ def measure(cfg, executor: E.Executor) -> dict:
     out.add(dict(record_id=r.record_id, task_id=r.task_id, device=device, error=r.error) for r in failed.itertuples())
     out.flush()
     todo = todo[todo["error"].isna()]
+    lost = todo[~todo["artifact"].map(lambda a: (ws.root / a).is_file())] if mode.reads_libraries else todo[:0]
+    if len(lost):
+        log.warning("%d kernel(s) have no library under %s (lost since they were built): not measured; "
+                    "`python -m pipeline stage=replay` builds them again", len(lost), ws.kernel_libs)
+        todo = todo[~todo["record_id"].isin(set(lost["record_id"]))]
     to_check = check_sample(todo, int(cfg.measure.check_per_task))
     tasks = ws.read("tasks").set_index("task_id")
     refs = references(ws, tasks, set(todo[todo["record_id"].isin(to_check)]["task_id"]))
@@ -98,14 +92,18 @@ def measure(cfg, executor: E.Executor) -> dict:
         for _ in mode.results(jobs):
             pass
         return mode.summary()
-    counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0}
-    task_of = {j["record_id"]: j["task_id"] for j in jobs}
+    counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0, "missing_library": len(lost)}
+    job_of = {j["record_id"]: j for j in jobs}
     bar = tqdm(total=len(jobs), desc="measure", unit="kernel")
     for results in mode.results(jobs):
         for res in results:
+            job = job_of[res["record_id"]]
             row = {k: v for k, v in res.items() if k != "event"}
-            row.update(task_id=task_of[res["record_id"]], device=device)
+            row.update(task_id=job["task_id"], device=device)
             row.setdefault("checked", False)
+            if row.get("error") and mode.reads_libraries and not (ws.root / job["artifact"]).is_file():
+                counts["missing_library"] += 1  # deleted while the stage ran: not a label
+                continue
             if row.get("error"):
                 counts["failed"] += 1
             else:
@@ -118,5 +116,5 @@ def measure(cfg, executor: E.Executor) -> dict:
     bar.close()
     if counts["incorrect"]:
         log.warning("%d checked kernel(s) disagree with the unscheduled reference", counts["incorrect"])
-    counts["written_back"] = write_back(ws, ws.read("measurements"))
+    counts["written_back"] = D.sync_records(ws).get("measured", 0)
     return counts

@@ -4,7 +4,10 @@ Each build is a job of the executor (`executor=local`: worker processes over all
 TVM's PopenPoolExecutor as MetaSchedule's LocalBuilder; `executor=ray`: a Ray cluster,
 the library coming back with the row); a build past `replay.timeout_s` or whose worker
 dies is an error row. Rows are written in small part files as they finish, so a run that
-is killed keeps every finished kernel and the next run builds only what is missing.
+is killed keeps every finished kernel and the next run builds only what is missing. A
+kernel whose library has gone from `lib/` since it was built is built again (its old row
+goes), so a lost file never becomes a failed measurement. Local build workers die with
+this process, however it ends.
 """
 
 from __future__ import annotations
@@ -28,13 +31,22 @@ FLUSH_SECONDS = 10.0
 
 
 def build_jobs(ws: Workspace, candidates, target: dict) -> list[dict]:
-    """One `build_record` job per candidate, its library at `lib/<record_id>.so`."""
-    index = ws.read("tasks", require=True).set_index("task_id")["workload_index"]
+    """One `build_record` job per candidate, its library at `lib/<record_id>.so`; the
+    candidates of a task whose workload line is corrupt are skipped (and named)."""
+    tasks = ws.read("tasks", require=True)
     workloads = D.read_workload_lines(ws)
+    index = D.usable_tasks(tasks, workloads, "replay").set_index("task_id")["workload_index"]
     return [dict(record_id=c.record_id, task_id=c.task_id, trace=json.loads(c.trace_json),
                  workload=workloads[int(index[c.task_id])], target=target, artifact=f"lib/{c.record_id}.so",
                  writes=[f"lib/{c.record_id}.so"])
-            for c in candidates.itertuples()]
+            for c in candidates.itertuples() if c.task_id in index.index]
+
+
+def lost_libraries(ws: Workspace) -> set[str]:
+    """Record ids of kernels that were built but whose library is no longer in the workspace."""
+    kernels = ws.read("kernels", columns=["record_id", "artifact", "error"])
+    built = kernels[kernels["error"].isna() & kernels["artifact"].notna()]
+    return {r.record_id for r in built.itertuples() if not (ws.root / r.artifact).is_file()}
 
 
 def failed_build(job: dict, reason: str) -> dict:
@@ -46,6 +58,10 @@ def run(cfg) -> dict:
     shard = Shard.from_cfg(cfg)
     cands = ws.read("candidates", require=True)
     cands = cands[cands["error"].isna()]
+    lost = lost_libraries(ws) & set(shard.of(cands)["record_id"]) if not cfg.force else set()
+    if lost:
+        log.warning("%d built kernel(s) have lost their library under %s: built again", len(lost), ws.kernel_libs)
+        ws.delete_rows("kernels", lost)
     todo = ws.todo("kernels", cands, shard=shard, force=bool(cfg.force))
     skipped = len(shard.of(cands)) - len(todo)
     jobs = build_jobs(ws, todo, target_dict(cfg)) if len(todo) else []
@@ -72,4 +88,4 @@ def run(cfg) -> dict:
                 bar.close()
     wall = time.time() - t0
     return {"new": len(jobs), "built": counts["built"], "failed": counts["failed"], "skipped": skipped,
-            "kernels_per_s": round(len(jobs) / wall, 2) if jobs and wall > 0 else 0.0}
+            "rebuilt_lost": len(lost), "kernels_per_s": round(len(jobs) / wall, 2) if jobs and wall > 0 else 0.0}

@@ -2,17 +2,18 @@
 
 Candidates are drawn from MetaSchedule's own design spaces (post-order-apply) by its
 own search strategies, so the dataset covers the space MetaSchedule actually searches.
-Records are committed to the workspace's JSONDatabase without run times. Each (task,
-strategy) is a job of the executor (`executor=local`: worker processes here; `ray`: a Ray
-cluster) that returns the database lines of its records; the driver appends them to the
-workspace's database and writes the candidates rows.
+Each (task, strategy) is a job of the executor (`executor=local`: worker processes here;
+`ray`: a Ray cluster) that returns its records serialized by MetaSchedule (in a scratch
+database: a bad line in the record files never blocks sampling). The driver writes each
+task's candidates to `candidates/` first, then appends them to the workspace's
+MetaSchedule tuning records without run times; the stage ends by making the record files
+agree with the tables (`database.sync_records`). A task that failed to sample (a bad
+setting, a space that could not be generated) is tried again by the next run.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
@@ -100,14 +101,8 @@ def sample_job(job: dict, root: str) -> dict:
     target = make_target(job["target"])
     workload = ms.database.Workload.from_json(job["workload"])
     schs, error = draw_task(workload.mod, target, int(job["n"]), job["strategy"], int(job["seed"]))
-    args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
-    with tempfile.TemporaryDirectory(prefix="sample-") as tmp:
-        # The database writes the lines: record ids come from them, as every reader computes them.
-        db = ms.database.JSONDatabase(f"{tmp}/workload.json", f"{tmp}/records.json", allow_missing=True)
-        committed = db.commit_workload(workload.mod)
-        for sch in schs:
-            db.commit_tuning_record(ms.database.TuningRecord(sch.trace, committed, None, target, args_info))
-        lines, _ = D.read_record_lines([Path(tmp) / "records.json"]) if schs else ([], [])
+    # Serialized by MetaSchedule's JSONDatabase: record ids come from the lines, as every reader computes them.
+    lines = D.new_record_lines(int(job["workload_index"]), workload.mod, [sch.trace for sch in schs], target)
     return {"task_id": job["task_id"], "strategy": job["strategy"], "error": error,
             "records": [[r.trace, r.run_secs, r.target, r.args_info] for r in lines]}
 
@@ -126,14 +121,13 @@ def run(cfg) -> dict:
     if cfg.force:
         out_file.unlink(missing_ok=True)
     pairs = tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross")  # task-major
+    # A task that failed (a bad setting, a space that could not be generated) is not done.
     todo = ws.todo("candidates", pairs, shard=shard, force=bool(cfg.force), on=("task_id", "strategy"),
-                   shard_by="task_id")
-    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
+                   shard_by="task_id", retry_errors=True)
     workloads = D.read_workload_lines(ws)
-    task_of_index = dict(zip(tasks["workload_index"], tasks["task_id"]))
-    # Lines already in the database file (a run killed between a task's lines and its rows).
-    in_db = {r.record_id(task_of_index.get(r.workload_index, "")) for r in D.read_record_lines([out_file])[0]} \
-        if out_file.exists() else set()
+    todo = D.usable_tasks(todo, workloads, "sample") if len(todo) else todo
+    retried = ws.delete_rows("candidates", {failed_row_id(r.task_id, r.strategy) for r in todo.itertuples()})
+    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     n = int(cfg.budget.candidates_per_task)
     jobs = [dict(task_id=row.task_id, name=row.name, workload_index=int(row.workload_index),
                  workload=workloads[row.workload_index], strategy=row.strategy, target=target, n=n,
@@ -148,34 +142,39 @@ def run(cfg) -> dict:
         for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample):
             for res in results:
                 job = by_pair[(res["task_id"], res["strategy"])]
-                lines = [D.RecordLine(job["workload_index"], *rec, file=str(out_file), line_no=0)
-                         for rec in res["records"]]
                 # A trace that another strategy already drew is the same record: it is not added twice.
-                rows, new_lines = [], []
-                for r in lines:
+                lines, rows = [], []
+                for rec in res["records"]:
+                    r = D.RecordLine(job["workload_index"], *rec, file=str(out_file), line_no=0)
                     rid = r.record_id(job["task_id"])
                     if rid in known:
                         duplicates += 1
                         continue
                     known.add(rid)
-                    if rid not in in_db:
-                        new_lines.append(r)
+                    lines.append(r)
                     rows.append(dict(record_id=rid, task_id=job["task_id"], strategy=job["strategy"],
                                      trace_json=r.trace_text))
-                if new_lines:  # appended as JSONDatabase's commit does
-                    with open(out_file, "a") as f:
-                        f.write("".join(r.to_line() + "\n" for r in new_lines))
                 if res["error"]:
                     failed += 1
                     log.warning("task %s (%s), %s: %s", job["name"], job["task_id"], job["strategy"], res["error"])
-                    rows.append(dict(record_id=f"{job['task_id']}-none-{job['strategy']}", task_id=job["task_id"],
+                    rows.append(dict(record_id=failed_row_id(job["task_id"], job["strategy"]), task_id=job["task_id"],
                                      strategy=job["strategy"], error=res["error"]))
-                out.add(rows)
+                out.add(rows)  # candidates first: they are what the records are rebuilt from
+                D.append_records(out_file, lines)
                 total += len(rows) - bool(res["error"])
             bar.update(len(results))
         bar.close()
     counts = {"tasks": len(shard.of(tasks)), "new": total, "duplicates": duplicates, "failed_tasks": failed}
+    if retried:
+        counts["retried_tasks"] = retried
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
         counts.update(add_records(cfg, cfg.dataset.records.candidates_per_task))
+    synced = D.sync_records(ws)
+    counts["records"] = synced.get("lines", 0)
     return {**counts, "candidates": int(ws.read("candidates")["error"].isna().sum())}
+
+
+def failed_row_id(task_id: str, strategy: str) -> str:
+    """The record id of the row that says a task drew no candidate with a strategy."""
+    return f"{task_id}-none-{strategy}"

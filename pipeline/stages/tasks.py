@@ -1,10 +1,20 @@
-"""stage=tasks: the task table and the MetaSchedule workload database of a workspace."""
+"""stage=tasks: the task table and the MetaSchedule workload database of a workspace.
+
+force=true rebuilds both (the repair of a damaged database_workload.json) and then
+writes the tuning records back from candidates/ and measurements/ with the new workload
+indices (pipeline/core/database.py `sync_records`): no sampled or measured record is lost.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 
+import pandas as pd
+
+from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.core.targets import make_target, target_dict, target_json
 from pipeline.core.workspace import Workspace
@@ -57,24 +67,28 @@ def run(cfg) -> dict:
     if limit is not None and len(workloads) > int(limit):
         workloads = select_tasks(workloads, int(limit))
     ws.root.mkdir(parents=True, exist_ok=True)
-    for p in (ws.db_workload, ws.db_tuning_record):
-        if p.exists():
-            p.unlink()
-    db = ms.database.JSONDatabase(str(ws.db_workload), str(ws.db_tuning_record), allow_missing=True)
+    ws.tasks.unlink(missing_ok=True)  # written last: until then the stage is not done, whatever stops it
     rows, index = [], {}
-    for w in workloads:
-        tid = identity.task_id(w.mod)
-        if tid in index:  # the same workload from two places: one task, summed weight
-            rows[index[tid]]["weight"] += w.weight
-            continue
-        db.commit_workload(w.mod)
-        index[tid] = len(rows)
-        rows.append(
-            dict(task_id=tid, name=w.name, network=w.network, weight=int(w.weight), flops=flops_of(w.mod),
-                 target=target_json(tdict), source=w.source, args_json=json.dumps(args_of(w.mod)),
-                 workload_index=len(rows))
-        )
-    ws.write("tasks", rows)
+    with tempfile.TemporaryDirectory(dir=ws.root, prefix=".tasks-") as tmp:
+        # Workloads go to a scratch database first; the records are never emptied.
+        scratch = os.path.join(tmp, ws.db_workload.name)
+        db = ms.database.JSONDatabase(scratch, os.path.join(tmp, "records.json"), allow_missing=True)
+        for w in workloads:
+            tid = identity.task_id(w.mod)
+            if tid in index:  # the same workload from two places: one task, summed weight
+                rows[index[tid]]["weight"] += w.weight
+                continue
+            db.commit_workload(w.mod)
+            index[tid] = len(rows)
+            rows.append(
+                dict(task_id=tid, name=w.name, network=w.network, weight=int(w.weight), flops=flops_of(w.mod),
+                     target=target_json(tdict), source=w.source, args_json=json.dumps(args_of(w.mod)),
+                     workload_index=len(rows))
+            )
+        os.replace(scratch, ws.db_workload)
+    # The workload indices may have moved: every record line is written anew from the tables.
+    synced = D.sync_records(ws, pd.DataFrame(rows), fresh=True)
     ws.write("network_tasks", network_rows(workloads))
+    ws.write("tasks", rows)
     log.info("wrote %d tasks to %s", len(rows), ws.tasks)
-    return {"tasks": len(rows)}
+    return {"tasks": len(rows), "records": synced.get("lines", 0)}

@@ -125,7 +125,8 @@ def run(cfg) -> dict:
     models = model_configs(cfg)
     feature_sets = feature_configs(cfg)
     explicit = str(cfg.features.name) != EACH
-    records = labelled_records(ws)  # fails early without measurements
+    mixed = bool(cfg.train.allow_mixed_hardware)
+    records = labelled_records(ws, allow_mixed_hardware=mixed)  # fails early without measurements
     members = memberships(ws)
     s = cfg.split
     split_all = make_split(records, str(s.name), seed=int(s.seed), test_fraction=float(s.test_fraction),
@@ -146,7 +147,8 @@ def run(cfg) -> dict:
         if not todo:
             continue
         try:
-            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [], device=str(cfg.target.device))
+            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [], device=str(cfg.target.device),
+                                allow_mixed_hardware=mixed)
         except FeatureSetError as e:
             if explicit:
                 raise

@@ -52,12 +52,13 @@ def add_records(cfg, max_per_task: int | None = None) -> dict:
     workloads = D.read_workload_lines(ws)
     by_task = tasks.set_index("task_id")
     out_file = D.shard_record_file(ws, int(cfg.shard.index), int(cfg.shard.count))
-    db = ms.database.JSONDatabase(str(ws.db_workload), str(out_file), allow_missing=True)
-    rows, added, failed = [], 0, 0
+    usable = set(D.usable_tasks(tasks, workloads, "sample")["task_id"])
+    rows, lines, added, failed = [], [], 0, 0
     for rec in tqdm(list(recs.itertuples()), desc="tenset", unit="record"):
-        if rec.record_id in index:
+        if rec.record_id in index or rec.task_id not in usable:
             continue
-        workload = ms.database.Workload.from_json(workloads[int(by_task.loc[rec.task_id, "workload_index"])])
+        wi = int(by_task.loc[rec.task_id, "workload_index"])
+        workload = ms.database.Workload.from_json(workloads[wi])
         try:
             sch = replay_on(workload.mod, rec.workload_key, json.loads(rec.steps_json), kind, cfg)
         except Exception as e:  # noqa: BLE001 - a record that cannot be replayed is a row
@@ -66,15 +67,15 @@ def add_records(cfg, max_per_task: int | None = None) -> dict:
             rows.append(dict(record_id=rid, task_id=rec.task_id, strategy=STRATEGY,
                              error=f"tenset replay ({rec.source}:{rec.line}): {e}"[:2000]))
             continue
-        args_info = ms.arg_info.ArgInfo.from_prim_func(workload.mod["main"])
-        db.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, None, target, args_info))
-        # The id comes from the line as written, as for every other candidate.
-        line = D.read_record_lines([out_file])[0][-1]
+        # The id comes from the line as MetaSchedule writes it, as for every other candidate.
+        line = D.new_record_lines(wi, workload.mod, [sch.trace], target)[0]
         index[rec.record_id] = line.record_id(rec.task_id)
         rows.append(dict(record_id=index[rec.record_id], task_id=rec.task_id, strategy=STRATEGY,
                          trace_json=line.trace_text))
+        lines.append(line)
         added += 1
-    write_part(rows, S.CANDIDATES, ws.candidates, int(cfg.shard.index))
+    write_part(rows, S.CANDIDATES, ws.candidates, int(cfg.shard.index))  # candidates first, then the records
+    D.append_records(out_file, lines)
     write_json(index_path, index)
     return {"tenset_candidates": added, "tenset_failed": failed}
 

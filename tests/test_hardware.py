@@ -1,0 +1,79 @@
+"""Measurements say where they were taken, and labels refuse to mix machines unless asked."""
+
+from __future__ import annotations
+
+import os
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from models.tables import UNRECORDED, MixedHardwareError, labelled_records
+from pipeline.config import run_stage
+from pipeline.core import harness
+from pipeline.core import schema as S
+from pipeline.core.workspace import Workspace, write_part
+
+from conftest import copy_workspace
+
+OTHER = "Other CPU, 64 CPUs"
+
+
+def test_measurements_and_profiles_say_where_they_were_taken(measured_workspace, collected_workspace):
+    here = harness.host_identity("cpu")
+    meas = Workspace(measured_workspace[0]).read("measurements")
+    ok = meas[meas["error"].isna()]
+    assert len(ok) and (ok["hardware"] == here["hardware"]).all() and (ok["cpu_model"] == here["cpu_model"]).all()
+    assert (ok["cpu_count"] == os.cpu_count()).all() and ok["gpu_name"].isna().all() and ok["cache_flush"].all()
+    counters = Workspace(collected_workspace[0]).read("cpu_counters", "cpu")
+    assert len(counters) and (counters["hardware"] == here["hardware"]).all()
+
+
+def second_machine(ws: Workspace, hardware: str = OTHER, slower: float = 2.0) -> pd.DataFrame:
+    """The workspace's good measurements as another machine took them (every latency x `slower`)."""
+    meas = ws.read("measurements")
+    rows = meas[meas["error"].isna()].copy()
+    rows["hardware"], rows["cpu_count"] = hardware, 64
+    for col in ("mean_s", "median_s", "min_s", "std_s"):
+        rows[col] = rows[col] * slower
+    rows["run_secs"] = rows["run_secs"].map(lambda xs: [x * slower for x in xs])
+    with ws.writer("measurements", shard=1) as out:
+        out.add(rows.to_dict("records"))
+    return rows
+
+
+def test_labels_refuse_two_machines_unless_asked(measured_workspace, tmp_path):
+    root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
+    ws = Workspace(root)
+    mine = labelled_records(ws)
+    other = second_machine(ws)
+    with pytest.raises(MixedHardwareError) as refused:
+        labelled_records(ws)
+    here = harness.host_identity("cpu")["hardware"]
+    assert f"{here!r} ({len(mine)} records)" in str(refused.value) and f"{OTHER!r}" in str(refused.value)
+    assert "train.allow_mixed_hardware=true" in str(refused.value)
+    with pytest.raises(MixedHardwareError):
+        run_stage("train", over)
+    # Asked for: each machine's records are labelled against that machine's own best.
+    both = labelled_records(ws, allow_mixed_hardware=True)
+    assert len(both) == len(mine) + len(other) and set(both["hardware"]) == {here, OTHER}
+    assert (both.groupby(["task_id", "hardware"])["label"].max() == 1.0).all()
+    by = both.pivot_table(index="record_id", columns="hardware", values="label")
+    assert ((by[here] - by[OTHER]).abs() < 1e-9).all()
+
+
+def test_rows_from_before_hardware_was_recorded_read_as_null(measured_workspace, tmp_path):
+    """A workspace measured by the previous code (no hardware columns) stays readable and
+    counts as one machine; a new machine's rows beside it are refused."""
+    root, over = copy_workspace(*measured_workspace, tmp_path, "runner", "measurements")
+    ws = Workspace(root)
+    new = [f.name for f in S.HOST] + ["cache_flush"]
+    old_schema = pa.schema([f for f in S.MEASUREMENTS if f.name not in new], metadata=S.MEASUREMENTS.metadata)
+    rows = Workspace(measured_workspace[0]).read("measurements")
+    write_part(rows.drop(columns=new), old_schema, ws.measurements)
+    back = ws.read("measurements")
+    assert list(back.columns) == S.MEASUREMENTS.names and back[new].isna().all().all()
+    assert (labelled_records(ws)["hardware"] == UNRECORDED).all()
+    second_machine(ws)
+    with pytest.raises(MixedHardwareError, match="unrecorded"):
+        labelled_records(ws)
