@@ -150,7 +150,7 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
                                                       if errors else [])
     if batches:
         batches[0]["errors"] = errors
-    counts: dict = {}
+    counts: dict = {profiler.name: 0, f"{profiler.name}_errors": 0}  # also when nothing was left to do
     bar = tqdm(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
     try:
         with ws.sink(shard, device) as write:
