@@ -326,3 +326,47 @@ def write_outcome(part: Outcome, settled_jobs: list[dict], tables: tuple[Table, 
     write(kernels, krows + err, ks)
     write(records, rrows + err, rs)
     return len(rrows), len(err)
+
+
+# The reason a kernel that ran under ncu on a device host has no profile.
+NO_LAUNCH = ("ncu recorded no kernel launch in the record's NVTX range, or the report of its ncu run was "
+             "lost (see ncu.log in the results)")
+
+
+def read_host_results(folder: Path, domain: str, metrics: list[str] | None) -> Outcome | None:
+    """The profiles of a device bundle part's results folder (its ncu.jsonl events and the
+    ncu-*.ncu-rep reports, read here), as one Outcome; None when ncu did not run there.
+
+    A kernel whose done event has an error keeps that error; one that ran but is in no
+    report gets NO_LAUNCH; a kernel profiled twice (a run resumed after a crash) keeps
+    the rows of the latest report."""
+    done = harness.done_events(folder / "ncu.jsonl")
+    if not done:
+        return None
+    out = Outcome(kernels=[], errors={}, metrics=list(metrics or []))
+    rows: dict[str, list[dict]] = {}
+    for rep in sorted(folder.glob("ncu-*.ncu-rep")):
+        try:
+            parsed = report.read(str(rep), domain, metrics)
+        except report.ReportError as e:
+            log.warning("%s", e)
+            continue
+        out.reports.append(str(rep))
+        out.units.update(parsed.units)
+        out.string_metrics |= parsed.string_metrics
+        out.metrics += [m for m in parsed.metrics if m not in out.metrics]
+        fresh: dict[str, list[dict]] = {}
+        for r in parsed.rows:
+            if r["record_id"]:
+                fresh.setdefault(r["record_id"], []).append(r)
+        rows.update(fresh)
+    for rid, ev in done.items():
+        if ev.get("error"):
+            out.errors[rid] = f"under ncu: {ev['error']}"
+        elif rid in rows:
+            out.kernels += rows[rid]
+        else:
+            out.errors[rid] = NO_LAUNCH
+        if not out.host and ev.get("hardware"):
+            out.host = {k: ev.get(k) for k in harness.HOST_FIELDS}
+    return out

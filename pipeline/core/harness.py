@@ -636,13 +636,15 @@ def log_tail(log: Path, lines: int = 1) -> str:
 
 def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "cpu", instrument: str = "timer",
               options: dict | None = None, timeout_s: float = 30.0, startup_s: float = STARTUP_S,
-              python: str = sys.executable, env: dict | None = None, on_done=None) -> list[dict]:
+              python: str = sys.executable, env: dict | None = None, on_done=None,
+              wrap: list[str] | None = None) -> list[dict]:
     """Run `jobs` in child processes (resuming `out`), one `done` event per job, in job order.
 
     A kernel that crashes its child or runs past `timeout_s` becomes a done event with the
     error and a new child goes on with the rest; a child that cannot run at all (no device,
     a broken install) fails every remaining job with its reason. `on_done(event)` gets each
-    done event as it is written."""
+    done event as it is written. `wrap`: a command each child runs under (e.g. ncu), with
+    `{n}` replaced by a name unique to that child (one report file per child)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     jobs_file = out.with_name(out.name + ".jobs")
@@ -676,7 +678,9 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
     while not wanted <= set(results):
         started.clear()
         before = len(results)
-        child = run_child(cmd, log, env=env, events=out, kernel_timeout_s=timeout_s, startup_s=startup_s,
+        prefix = [a.replace("{n}", f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{len(results)}")
+                  for a in wrap or ()]
+        child = run_child(prefix + cmd, log, env=env, events=out, kernel_timeout_s=timeout_s, startup_s=startup_s,
                           on_events=seen)
         in_flight = [rid for rid in started if rid not in results]
         if child.rc == EXIT_UNUSABLE or (child.verdict and not started) or (
@@ -739,6 +743,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout-s", type=float, default=30.0, help="seconds one kernel may take")
     p.add_argument("--startup-s", type=float, default=STARTUP_S, help="seconds a child may take to start")
     p.add_argument("--in-process", action="store_true", help="run the jobs in this process (no isolation)")
+    p.add_argument("--wrap", type=json.loads, default=None,
+                   help='JSON list: a command each child runs under, e.g. ["ncu", "--export", "rep-{n}.ncu-rep"]')
     for inst, opts in INSTRUMENT_OPTIONS.items():
         for name, kind, default in opts:
             p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default,
@@ -750,7 +756,7 @@ def main(argv=None) -> int:
     if args.in_process:
         return run_in_process(jobs, Path(args.out), args.root, args.device, args.instrument, options)
     res = supervise(jobs, Path(args.out), root=args.root, device=args.device, instrument=args.instrument,
-                    options=options, timeout_s=args.timeout_s, startup_s=args.startup_s)
+                    options=options, timeout_s=args.timeout_s, startup_s=args.startup_s, wrap=args.wrap)
     failed = sum(1 for r in res if r.get("error"))
     print(f"harness: {len(res) - failed} ran, {failed} failed; events in {args.out}")
     return 0

@@ -17,12 +17,17 @@ Python version (a wheel of 3 MB; `pip download apache-tvm-ffi==<pin> --python-ve
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import shutil
+import tarfile
+import tempfile
 from pathlib import Path
 
 from pipeline.core import harness
+from pipeline.core.errors import PipelineError
+from pipeline.runner import part as host_part
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +38,16 @@ RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py --in
                "--jobs jobs.jsonl --out results.jsonl --device {device} --timeout-s {timeout}")
 
 
-def runtime_tree(dest: Path) -> Path:
-    """Copy the installed `tvm` package into `dest/tvm` without its compiler parts."""
+def tvm_package() -> Path:
     # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
-    src = Path(tvm.__file__).resolve().parent
+    return Path(tvm.__file__).resolve().parent
+
+
+def runtime_tree(dest: Path) -> Path:
+    """Copy the installed `tvm` package into `dest/tvm` without its compiler parts."""
+    src = tvm_package()
     skip = {src / p for p in COMPILER_ONLY}
 
     def ignore(folder, names):
@@ -82,3 +91,124 @@ def read_results(path: Path) -> list[dict]:
     for line_no, reason in bad:
         log.warning("%s:%d: skipped, not a harness event (%s)", path, line_no, reason)
     return list(done.values())
+
+
+# ----------------------------------------------------------------------------- parts
+
+MIB = 1 << 20
+# What a part's command is, run from inside the unpacked part.
+PART_COMMAND = "python3 run_part.py --pack ../results-part-{k}.tar.gz"
+
+
+def runtime_filter(src: Path):
+    """tarfile filter that leaves out the compiler-only parts of the `tvm` package at `src`."""
+    skip = tuple(f"tvm/{p}" for p in COMPILER_ONLY)
+
+    def keep(info: tarfile.TarInfo):
+        rel = info.name.split("/", 2)[-1] if info.name.count("/") >= 2 else ""
+        if "__pycache__" in info.name.split("/") or any(rel == s or rel.startswith(s + "/") for s in skip):
+            return None
+        return info
+
+    return keep
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), mode
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _write_part(path: Path, name: str, root: Path, jobs: list[dict], spec: dict, wheels: list[Path],
+                runtime: Path | None) -> Path:
+    with tarfile.open(path, "w:gz", compresslevel=6) as tar:
+        files = sorted({j[k] for j in jobs for k in ("artifact", "reference") if j.get(k)})
+        for f in files:
+            tar.add(root / f, arcname=f"{name}/{f}")
+        _add_bytes(tar, f"{name}/jobs.jsonl", "".join(json.dumps(j) + "\n" for j in jobs).encode())
+        _add_bytes(tar, f"{name}/part.json", (json.dumps(spec, indent=1) + "\n").encode())
+        _add_bytes(tar, f"{name}/RUN.txt", (PART_COMMAND.format(k=spec["part"]) + "\n").encode())
+        tar.add(harness.HARNESS, arcname=f"{name}/harness.py")
+        tar.add(host_part.HERE / "part.py", arcname=f"{name}/run_part.py")
+        for w in wheels:
+            tar.add(w, arcname=f"{name}/wheels/{w.name}")
+        if runtime is not None:
+            tar.add(runtime, arcname=f"{name}/runtime/tvm", filter=runtime_filter(runtime))
+    return path
+
+
+def split_jobs(root: Path, jobs: list[dict], budget_bytes: int, max_kernels: int) -> list[list[dict]]:
+    """Consecutive groups of jobs whose files (libraries, references) fit `budget_bytes`
+    (uncompressed: an upper bound) and count at most `max_kernels`."""
+    parts: list[list[dict]] = [[]]
+    used: int = 0
+    seen: set = set()
+    for j in jobs:
+        files = [j[k] for k in ("artifact", "reference") if j.get(k)]
+        size = sum((root / f).stat().st_size for f in files if f not in seen)
+        if parts[-1] and (len(parts[-1]) >= max_kernels or used + size > budget_bytes):
+            parts.append([])
+            used, seen = 0, set()
+            size = sum((root / f).stat().st_size for f in files)
+        parts[-1].append(j)
+        used += size
+        seen.update(files)
+    return [p for p in parts if p]
+
+
+def export_parts(root: Path, jobs: list[dict], dest: Path, *, spec: dict, wheels: list[Path], with_runtime: bool,
+                 part_mib: float, part_kernels: int) -> list[Path]:
+    """Write the bundle `dest/` as parts `part-<k>.tar.gz`, each at most `part_mib` MiB and
+    `part_kernels` kernels and self-contained: its kernels, jobs, the harness, the host
+    runner (run_part.py), the wheels and the runtime-only TVM. `spec` (part.json): device,
+    python, measure {options, timeout_s}, ncu {args, options, timeout_s, chunk} or None."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    runtime = tvm_package() if with_runtime else None
+    limit = int(part_mib * MIB)
+    base = _write_part(dest / ".base.tar.gz", "part-0", root, [], dict(spec, part=0, parts=1), wheels, runtime)
+    base_bytes = base.stat().st_size
+    base.unlink()
+    if base_bytes >= limit:
+        raise PipelineError(f"bundle: the wheels and runtime alone take {base_bytes / MIB:.1f} MiB, more than "
+                            f"bundle.part_mib={part_mib:g}")
+    groups = split_jobs(root, jobs, limit - base_bytes, max(1, int(part_kernels)))
+    out = []
+    for k, group in enumerate(groups):
+        name = f"part-{k}"
+        path = _write_part(dest / f"{name}.tar.gz", name, root, group, dict(spec, part=k, parts=len(groups)),
+                           wheels, runtime)
+        if path.stat().st_size > limit:
+            raise PipelineError(f"bundle: {path} takes {path.stat().st_size / MIB:.1f} MiB, more than "
+                                f"bundle.part_mib={part_mib:g}; lower bundle.part_kernels")
+        out.append(path)
+    sizes = {p.name: p.stat().st_size for p in out}
+    (dest / "parts.json").write_text(json.dumps({"parts": sizes, "kernels": len(jobs), "base_bytes": base_bytes,
+                                                 "wheels": [w.name for w in wheels]}, indent=1) + "\n")
+    return out
+
+
+def results_folders(paths, tmp: Path) -> list[Path]:
+    """The results folders named by `paths`: a results folder (it holds measure.jsonl), a
+    packed one (`results-part-<k>.tar.gz`, unpacked under `tmp`), or a folder holding several."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_file() and p.name.endswith((".tar.gz", ".tgz")):
+            into = Path(tempfile.mkdtemp(prefix=p.name.split(".")[0] + "-", dir=tmp))
+            with tarfile.open(p) as tar:
+                tar.extractall(into, filter="data")
+            out.append(into)
+        elif p.is_dir() and (p / "measure.jsonl").exists():
+            out.append(p)
+        elif p.is_dir():
+            inner = sorted(p.glob("results-part-*.tar.gz")) + sorted(
+                d for d in p.iterdir() if d.is_dir() and (d / "measure.jsonl").exists())
+            found = results_folders(inner, tmp) if inner else []
+            if not found:
+                raise PipelineError(f"{p}: no results of a bundle part in this folder (measure.jsonl, or "
+                                    "results-part-<k>.tar.gz)")
+            out += found
+        else:
+            raise PipelineError(f"{p}: no such results folder or results-part-<k>.tar.gz")
+    return out

@@ -10,15 +10,18 @@ the results that host wrote. Each turns the measure stage's jobs into the harnes
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from typing import Iterator
+
+from omegaconf import OmegaConf
 
 from pipeline.core import harness
 from pipeline.core.errors import PipelineError
 from pipeline.core.executor import Executor
 from pipeline.core.registry import choose
 from pipeline.core.workspace import Workspace
-from pipeline.runner.bundle import export_bundle, read_results
+from pipeline.runner.bundle import export_bundle, read_results, results_folders
 
 log = logging.getLogger(__name__)
 
@@ -115,28 +118,43 @@ class Export(MeasureMode):
 
 
 class Import(MeasureMode):
-    """The results.jsonl that the harness wrote on the device host."""
+    """The results a device host wrote: the harness's results.jsonl (measure's bundle), or the
+    results of collect's bundle parts (folders or `results-part-<k>.tar.gz`, their measure.jsonl)."""
 
     reads_libraries = False
 
-    def __init__(self, results: Path):
-        self.path = Path(results)
+    def __init__(self, results, key: str = "measure.results"):
+        self.paths = [Path(str(p)) for p in (results if isinstance(results, (list, tuple)) else [results])]
+        self.key = key
 
     @classmethod
     def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Import":
         if not cfg.measure.results:
-            raise PipelineError("measure.mode=import needs measure.results=<path to results.jsonl from the device host>")
-        return cls(Path(str(cfg.measure.results)))
+            raise PipelineError("measure.mode=import needs measure.results=<results.jsonl, or the results folder or "
+                                "results-part-<k>.tar.gz of a bundle part, from the device host>")
+        res = cfg.measure.results
+        return cls(list(res) if OmegaConf.is_list(res) else str(res))
+
+    def events(self) -> list[dict]:
+        """Every `done` event of the results."""
+        out: list[dict] = []
+        with tempfile.TemporaryDirectory(prefix="results-") as tmp:
+            for p in self.paths:
+                files = [p] if p.suffix == ".jsonl" else [d / "measure.jsonl" for d in results_folders([p], Path(tmp))]
+                for f in files:
+                    try:
+                        out += read_results(f)
+                    except FileNotFoundError as e:
+                        raise PipelineError(f"{self.key}={p}: no such file") from e
+        return out
 
     def results(self, jobs):
-        try:
-            imported = read_results(self.path)
-        except FileNotFoundError as e:
-            raise PipelineError(f"measure.results={self.path}: no such file") from e
+        imported = self.events()
         wanted = {j["record_id"] for j in jobs}
-        batch = [r for r in imported if r["record_id"] in wanted]
+        batch = list({r["record_id"]: r for r in imported if r["record_id"] in wanted}.values())
         if len(wanted) > len(batch):
-            log.warning("%d kernel(s) have no result in %s; they stay unmeasured", len(wanted) - len(batch), self.path)
+            log.warning("%d kernel(s) have no result in %s; they stay unmeasured", len(wanted) - len(batch),
+                        ", ".join(map(str, self.paths)))
         yield batch
 
 
