@@ -36,7 +36,9 @@ def objective(results: dict[str, dict]) -> float | None:
     return None
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+# An absolute folder: as a console script this module is `pipeline.__main__`, not `__main__`,
+# and Hydra would read a relative config_path as a Python package.
+@hydra.main(version_base="1.3", config_path=str(config.CONF_DIR), config_name="config")
 def app(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     sweeping = hc.mode == RunMode.MULTIRUN

@@ -222,7 +222,7 @@ def test_console_script_runs_the_entry_point_with_tab_completion(tmp_path):
 
     spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["pipeline"]
     maker = ScriptMaker(None, str(tmp_path / "bin"), add_launchers=False)
-    maker.executable = sys.executable
+    maker.executable, maker.variants = sys.executable, {""}
     (script,) = maker.make(f"pipeline = {spec}")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     helped = cli(["--help"], cmd=[script], env=env)
