@@ -6,6 +6,8 @@ import textwrap
 
 #: a stage's result key whose text is a statement about the run, printed in full on its own lines
 NOTE = "note"
+#: a stage's result key {"name": metric, "value": number}: the metric the run returns to a sweeper
+OBJECTIVE = "objective"
 
 
 def summary_lines(cfg, results: dict[str, dict], wall_s: float) -> list[str]:
@@ -13,6 +15,8 @@ def summary_lines(cfg, results: dict[str, dict], wall_s: float) -> list[str]:
     for stage, counts in results.items():
         shown = ", ".join(f"{k} {v}" for k, v in counts.items() if k != NOTE and not isinstance(v, (dict, list)))
         lines.append(f"  {stage:<8} {shown}")
+        if OBJECTIVE in counts:
+            lines.append(f"{'':11}returned to sweepers: {counts[OBJECTIVE]['name']} = {counts[OBJECTIVE]['value']:.4g}")
         if counts.get(NOTE):
             lines += textwrap.wrap(f"NOTE: {counts[NOTE]}", width=96, initial_indent=" " * 11,
                                    subsequent_indent=" " * 17, break_on_hyphens=False, break_long_words=False)

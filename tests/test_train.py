@@ -112,6 +112,9 @@ def test_sweep_of_one_model_and_split(trained, tmp_path):
     assert (run["tags.model"], run["tags.features"], run["tags.split"]) == ("lgbm_rank", "all", "by_task")
     info = json.loads(run["params.split.info"])
     assert info["test_tasks"] and run["tags.calibrated"] == "False"
+    # what the entry point returns to a sweeper: the run's mlflow.best_metric, read back from MLflow
+    assert out["objective"]["name"] == "val_top1_score"
+    assert out["objective"]["value"] == pytest.approx(run.get("metrics.val_top1_score", float("nan")), nan_ok=True)
 
 
 def test_workspace_without_measurements(collected_workspace, tmp_path):

@@ -26,11 +26,13 @@ process. `ray` (pipeline/core/ray_executor.py) runs both on a Ray cluster.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+import psutil
 from hydra.utils import instantiate
 
 from pipeline.core.harness import die_with_parent
@@ -81,6 +83,8 @@ class LocalExecutor(Executor):
         self.workers = int(workers) or os.cpu_count() or 1
         self.recycle_after = int(recycle_after)
         self.pools: dict[float | None, Any] = {}
+        # pool futures of the jobs in flight (map's caller stopped early when close finds some)
+        self.running: dict[cf.Future, Job] = {}
 
     def describe(self, device: bool = False) -> str:
         return "this machine, one at a time" if device else f"{self.workers} local worker processes"
@@ -101,7 +105,7 @@ class LocalExecutor(Executor):
             for job in jobs:
                 yield [call_safely(fn, job, str(root), failed)]
             return
-        pool, queue, running = self._pool(timeout_s), list(reversed(jobs)), {}
+        pool, queue, running = self._pool(timeout_s), list(reversed(jobs)), self.running
         while queue or running:
             # At most one job per worker in flight: close() then stops promptly.
             while queue and len(running) < self.workers:
@@ -116,6 +120,18 @@ class LocalExecutor(Executor):
             yield out
 
     def close(self) -> None:
+        if self.running:
+            # Stopped with jobs in flight (Ctrl-C, an error of the caller). TVM's shutdown kills
+            # each worker while the pool thread waiting on that worker kills it too once its
+            # pipe closes (or once Ctrl-C has ended it): the two race, one raises, the pool's
+            # lock stays held and the process hangs at exit. So the workers go first, each
+            # thread reaps its own, and the shutdown finds them idle.
+            for child in psutil.Process().children():
+                with contextlib.suppress(psutil.Error):
+                    if "tvm.exec.popen_worker" in child.cmdline():
+                        child.kill()
+            cf.wait(list(self.running), timeout=30)
+            self.running.clear()
         for pool in self.pools.values():
             pool.shutdown()
         self.pools.clear()

@@ -11,15 +11,18 @@ forced run still has to do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -308,10 +311,26 @@ def write_part(rows: pd.DataFrame | list[dict], schema: pa.Schema, folder: Path,
         shutil.rmtree(staging, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM wait until the block is done: a part is written and its
+    rows leave the buffer together, so an interrupt never writes them twice or drops them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals are delivered to the main thread only
+        return
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class PartWriter:
     """Buffers rows of one table and writes them as part files of one shard: every
     `flush_rows` rows (or `flush_s` seconds) and on close, so that a killed run loses at
-    most what is buffered. Use as a context manager."""
+    most what is buffered. Use as a context manager: leaving the block for any reason
+    (Ctrl-C, an error of the stage) writes what is buffered."""
 
     def __init__(self, folder: Path, schema: pa.Schema, shard: int = 0, partition: dict[str, str] | None = None,
                  *, flush_rows: int = FLUSH_ROWS, flush_s: float | None = None):
@@ -328,10 +347,13 @@ class PartWriter:
             self.flush()
 
     def flush(self) -> None:
+        """Write the buffered rows as a part. A write that fails (a full disk) keeps them
+        buffered: the next flush, or the one on leaving the `with` block, tries again."""
         if self.rows:
-            write_part(self.rows, self.schema, self.folder, self.shard, self.partition)
-            self.written += len(self.rows)
-            self.rows = []
+            with interrupts_deferred():
+                write_part(self.rows, self.schema, self.folder, self.shard, self.partition)
+                self.written += len(self.rows)
+                self.rows = []
         self._last = time.monotonic()
 
     def __enter__(self) -> "PartWriter":
@@ -362,8 +384,15 @@ class TableSink:
         self.writers[t.name].add(rows)
 
     def flush(self) -> None:
+        """Write every table's buffered rows; one that cannot be written does not keep the others'."""
+        errors = []
         for w in self.writers.values():
-            w.flush()
+            try:
+                w.flush()
+            except Exception as e:  # noqa: BLE001 - raised below, once every writer has tried
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> "TableSink":
         return self

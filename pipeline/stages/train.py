@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from mlflow import MlflowClient
 from omegaconf import DictConfig, OmegaConf
 
 from models import registry, tracking
@@ -25,6 +26,7 @@ from models.metrics import evaluate
 from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.summary import OBJECTIVE
 
 log = logging.getLogger(__name__)
 
@@ -170,7 +172,18 @@ def run(cfg) -> dict:
     out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
     if "best" in aliases:
         out["best"] = aliases["best"]
+    out[OBJECTIVE] = objective(cfg, [r["run_id"] for r in rows])
     return out
+
+
+def objective(cfg, run_ids: list[str]) -> dict:
+    """{"name", "value"}: `mlflow.best_metric` of the best of this run's models (higher is
+    better; NaN when none has it), the figure the entry point returns to a sweeper."""
+    metric = tracking.best_metric(cfg)
+    client = MlflowClient(tracking.tracking_uri(cfg))
+    values = [client.get_run(rid).data.metrics.get(metric) for rid in run_ids]
+    values = [float(v) for v in values if v is not None and np.isfinite(v)]
+    return {"name": metric, "value": max(values) if values else float("nan")}
 
 
 def _restrict(split, table, part_of: dict):
