@@ -51,7 +51,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
 from features import static
-from models import registry
+from models import pyfunc, registry
 from models.base import CostModel, FeatureSpec
 from models.tables import TrainingTable, build_table
 from pipeline.core import schema as S
@@ -321,8 +321,7 @@ class PipelineCostModel(PyCostModel):
                 feature_plan(FeatureSpec(tags["features"]), uri)  # refuses before the download
             if tags.get("workspace_path"):
                 kwargs.setdefault("train_data", tags["workspace_path"])
-        pyfunc = mlflow.pyfunc.load_model(uri)
-        model = pyfunc.unwrap_python_model().model
+        model = pyfunc.load_cost_model(uri)
         kwargs.setdefault("source", uri)
         return cls(model, info=info, **kwargs)
 
