@@ -43,9 +43,26 @@ def test_tiny_tune_ours_vs_random(trained_store):
         assert (root / "reports" / name).stat().st_size > 0
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.stage = 'tune'")
-    assert len(runs) == 1 and runs["tags.ours_uri"].iloc[0].endswith("@best")
-    art = mlflow.MlflowClient().list_artifacts(runs["run_id"].iloc[0], "tune")
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()]
+    assert len(parent) == 1 and parent["tags.ours_uri"].iloc[0].endswith("@best")
+    client = mlflow.MlflowClient()
+    art = client.list_artifacts(parent["run_id"].iloc[0], "tune")
     assert {"tune.md", "tune_curves.png"} <= {a.path.split("/")[-1] for a in art}
+    # one nested run per (task, cost model): names as tags, metrics and params named as in training runs
+    children = runs[runs["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
+    assert sorted(children["tags.cost_model"]) == ["ours", "random"] and children["tags.task"].nunique() == 1
+    metrics = {c[len("metrics."):] for c in children.columns if c.startswith("metrics.") and children[c].notna().any()}
+    assert {"best_latency_us", "gflops", "tuning_min", "trials"} <= metrics and not any("." in m for m in metrics)
+    assert (children["params.budget.name"] == "smoke").all() and "params.budget" not in children.columns
+    assert children["params.dataset.name"].eq("ops").all() and children["tags.workspace_id"].notna().all()
+    ours = children[children["tags.cost_model"] == "ours"].iloc[0]
+    curve = client.get_metric_history(ours["run_id"], "best_latency_us")
+    assert [m.step for m in curve] == [8] and curve[-1].value == pytest.approx(
+        summary.set_index("cost_model").loc["ours", "best_latency_us"])
+    # compare after tuning: training runs only, no blank row
+    compared = run_stage("compare", over)
+    table = pd.read_csv(compared["report"].replace(".md", ".csv"))
+    assert compared["runs"] == 1 and table["model"].notna().all() and list(table["model"]) == ["lgbm"]
 
 
 def test_tune_refuses_profiler_model_uri(trained_store):
