@@ -51,7 +51,7 @@ from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
 from features import static
-from models import registry
+from models import pyfunc, registry
 from models.base import CostModel, FeatureSpec
 from models.tables import TrainingTable, build_table
 from pipeline.core import schema as S
@@ -345,8 +345,7 @@ class PipelineCostModel(PyCostModel):
             info["test_tasks"] = list(split.get("test_tasks") or [])
             info["test_networks"] = list(split.get("test_networks") or [])
             kwargs.setdefault("exclude_tasks", info["test_tasks"])
-        pyfunc = mlflow.pyfunc.load_model(uri)
-        model = pyfunc.unwrap_python_model().model
+        model = pyfunc.load_cost_model(uri)
         kwargs.setdefault("source", uri)
         return cls(model, info=info, **kwargs)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from models.pyfunc_model import frame_arrays
+
 
 @dataclass
 class FeatureSpec:
@@ -44,27 +46,9 @@ class FeatureSpec:
 
 
 def split_frame(df: pd.DataFrame, spec: FeatureSpec) -> tuple[list, np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """A pyfunc input frame -> (record ids in first-seen order, record matrix, store matrix, store offsets).
-
-    Missing columns are an error naming them, so a caller with the wrong feature set learns
-    it at once instead of getting silent garbage."""
-    need = ["record_id", *spec.columns, *spec.store_columns] if spec.store_columns else list(spec.columns)
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise KeyError(f"input frame lacks {len(missing)} feature column(s) the model was trained on "
-                       f"(feature set {spec.feature_set!r}), e.g. {missing[:5]}")
-    if not spec.store_columns:
-        ids = df["record_id"].tolist() if "record_id" in df.columns else list(range(len(df)))
-        return ids, df[spec.columns].to_numpy(dtype=np.float32, na_value=np.nan), None, None
-    codes, uniques = pd.factorize(df["record_id"], sort=False)
-    order = np.argsort(codes, kind="stable")
-    stores = df[spec.store_columns].to_numpy(dtype=np.float32, na_value=np.nan)[order]
-    counts = np.bincount(codes, minlength=len(uniques))
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    first = np.searchsorted(codes[order], np.arange(len(uniques)))
-    records = df[spec.columns].to_numpy(dtype=np.float32, na_value=np.nan)[order][first] if spec.columns \
-        else np.zeros((len(uniques), 0), np.float32)
-    return list(uniques), records, stores, offsets
+    """A pyfunc input frame -> (record ids in first-seen order, record matrix, store matrix, store offsets):
+    the logged model's own reading of its input (models/pyfunc_model.py), so both agree."""
+    return frame_arrays(df, spec.columns, spec.store_columns, f"the model (feature set {spec.feature_set!r})")
 
 
 class CostModel(ABC):

@@ -22,6 +22,7 @@ import torch
 
 from models.base import CostModel, FeatureSpec
 from models.metrics import STOP_METRICS, ranking_metric
+from models.pyfunc_model import standardize
 from models.tables import gather_segments
 
 
@@ -95,8 +96,8 @@ class Scaler:
         return self
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        z = (self._compress(x.astype(np.float64)) - self.mean) / self.std
-        return np.nan_to_num(z, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+        # the logged model's own scaling (models/pyfunc_model.py), so both agree
+        return standardize(x, self.mean, self.std)
 
     def transform_chunked(self, x: np.ndarray, chunk: int = 1 << 16) -> np.ndarray:
         """The same as calling the scaler, in chunks (float32 out, no full float64 copy)."""

@@ -67,9 +67,20 @@ def importance(imp: pd.Series, title: str, top: int = 30) -> Figure:
     return fig
 
 
+def learning_curves(info: dict) -> dict[str, list[float]]:
+    """A model's curves from its training info, one value per epoch or boosting round: the
+    MLP's train_loss and val_loss, a booster's validation metrics as val_<metric>, an
+    ensemble's members' curves as <member>/<curve>."""
+    series = {k: list(v) for k, v in info.items() if k in ("train_loss", "val_loss") and v}
+    series.update({k if k.startswith("val_") else f"val_{k}": list(v) for k, v in info.get("val_curve", {}).items()
+                   if v})
+    for member, sub in (info.get("members") or {}).items():
+        series.update({f"{member}/{k}": v for k, v in learning_curves(sub).items()})
+    return series
+
+
 def training_curve(info: dict, title: str) -> Figure | None:
-    series = {k: v for k, v in info.items() if k in ("train_loss", "val_loss") and v}
-    series.update({f"val {k}": v for k, v in info.get("val_curve", {}).items() if v})
+    series = learning_curves(info)
     if not series:
         return None
     fig = Figure(figsize=(5.5, 4))

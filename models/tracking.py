@@ -1,16 +1,22 @@
-"""MLflow: one run per (model, features, split), a registered model with aliases.
+"""MLflow: one run per (model, features, split), a registered model with aliases, tune runs.
 
 Tracking store: `mlflow.tracking_uri`, by default `sqlite:///<project root>/mlflow.db`
 (`mlflow ui --backend-store-uri sqlite:///mlflow.db` from the project root shows it); the
 artifacts of an experiment go to `mlruns/` next to the database file. Experiment = the
-workspace name; runs carry the workspace path as a tag, so two workspaces of the same name
-under different `paths.data` stay apart in `stage=compare`.
+workspace name. Runs find their workspace by identity, not by folder: tag `workspace_id`
+(a hash of the dataset name, the target name and the content hash of the task table,
+pipeline/core/identity.py), so a copied or moved workspace keeps its runs and two
+workspaces of one name with other tasks stay apart; `workspace_path` records where the
+workspace was when the run was made.
 
-Each run logs: the flattened Hydra config as params (with the effective model and feature-set
-configs under `model.*` and `features.*`, the split's seed and held-out units), every metric of models.metrics for the
-validation and test parts (`val_*`, `test_*`), training time and prediction rate, the
-per-task and per-group metric tables, the model twice (its library's flavor under `native`,
-the pyfunc wrapper under `model`), features.json, and plots.
+Each training run (tag stage=train) logs: the flattened Hydra config as params (with the
+effective model and feature-set configs under `model.*` and `features.*`, the split's seed and
+held-out units), its input datasets (`mlflow.log_input`: the train, validation and test
+parts of the training table, with their digests and the workspace as source), every metric
+of models.metrics for the validation and test parts (`val_*`, `test_*`), training time and
+prediction rate, the learning curves as step metrics (`curve/<name>`, one step per boosting
+round or epoch), the per-task and per-group metric tables, the model (models/pyfunc.py: its
+native flavor and a portable pyfunc in one MLflow model), features.json, and plots.
 
 Runs carry tags model, features, split, heldout (the held-out networks of a by_network split)
 and split_seed: runs with the same (split, heldout, split_seed) share their train, validation
@@ -24,8 +30,14 @@ only static features for unmeasured candidates, asks for `best-static`). The met
 a validation metric (`val_*`, default val_top1_score; ties broken by val_peak5 then
 val_pair_acc): the test part is read for the report only, never to choose (`SelectionError`).
 
-`log_evaluation` logs stage=compare's aggregated tables (leave-one-network-out, by_task over
-seeds, the ablation) as a run tagged stage=compare.
+A tune run (tag stage=tune) holds the tuning report; one nested run per (task, cost model)
+carries them as tags and the metrics under plain names (`best_latency_us`, a step metric
+over trials whose last value is the summary's, `gflops`, ...), with the same params as
+training runs.
+
+`log_evaluation` logs stage=compare's aggregated tables (leave-one-network-out, every split
+over its seeds, the ablation) of the runs one comparison selected, as a run tagged
+stage=compare.
 """
 
 from __future__ import annotations
@@ -33,9 +45,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-import tempfile
 import time
-from importlib import metadata
+import warnings
 from pathlib import Path
 
 import mlflow
@@ -43,11 +54,11 @@ import numpy as np
 import pandas as pd
 from mlflow import MlflowClient
 from mlflow.entities import Metric
-from mlflow.models import infer_signature
 from omegaconf import DictConfig, OmegaConf
 
-from models import plots
+from models import plots, pyfunc
 from pipeline.core.errors import PipelineError
+from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +67,7 @@ SELECTION_PART = "val_"  # the only part whose metrics may choose a model
 DEFAULT_BEST_METRIC = "val_top1_score"
 TIEBREAK = ("val_peak5", "val_pair_acc")
 SPLIT_KEYS = ("tags.split", "tags.heldout", "tags.split_seed")
-PYFUNC_ENTRY = Path(__file__).resolve().with_name("pyfunc_model.py")
+TRAIN, TUNE, COMPARE = "train", "tune", "compare"  # tag `stage` of the runs
 
 
 class SelectionError(PipelineError):
@@ -94,9 +105,11 @@ def registered_name(cfg) -> str:
     return str(cfg.mlflow.get("registered_model") or f"{cfg.workspace}-cost-model")
 
 
-def workspace_path(cfg) -> str:
-    """The workspace folder as runs record it (tag workspace_path)."""
-    return str(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+def workspace_tags(cfg) -> dict[str, str]:
+    """Tags that tie a run to its workspace: the identity (Workspace.identity) and, for the
+    record, the folder it was in."""
+    ws = Workspace.from_cfg(cfg)
+    return {"workspace": str(cfg.workspace), **ws.identity(cfg), "workspace_path": str(ws.root)}
 
 
 def setup(cfg) -> str:
@@ -123,31 +136,49 @@ def flatten(obj, prefix: str = "") -> dict[str, str]:
     return {f"{prefix}{k}": json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for k, v in flat.items()}
 
 
-def _pins(*packages: str) -> list[str]:
-    pins = []
-    for p in packages:
-        try:
-            pins.append(f"{p}=={metadata.version(p)}")
-        except metadata.PackageNotFoundError:
-            pass
-    return pins
-
-
-REQUIREMENTS = {
-    "lightgbm": ("lightgbm",),
-    "xgboost": ("xgboost",),
-    "pytorch": ("torch",),
-}
-
-
-def run_params(cfg, model_cfg: dict, features_cfg: dict) -> dict[str, str]:
-    """The flattened Hydra config of one training run, with the model and feature-set configs
-    it used in place of the `model` and `features` groups (model=all / features=each hold every
-    config), and without the operator suite that stage=tune composes (tune.suite)."""
+def run_params(cfg, model_cfg: dict | None = None, features_cfg: dict | None = None) -> dict[str, str]:
+    """The flattened Hydra config of a run, with the model and feature-set configs it used in
+    place of the `model` and `features` groups (model=all / features=each hold every config;
+    a run that trains nothing, a tune run, has neither), and without the operator suite that
+    stage=tune composes (tune.suite)."""
     conf = OmegaConf.to_container(cfg, resolve=True)
-    conf["model"], conf["features"] = dict(model_cfg), dict(features_cfg)
+    for key, value in (("model", model_cfg), ("features", features_cfg)):
+        if value is None:
+            conf.pop(key, None)
+        else:
+            conf[key] = dict(value)
     conf.get("tune", {}).pop("suite", None)
     return flatten(conf)
+
+
+def metric_key(name: str) -> str:
+    """A name as part of an MLflow metric name (its allowed characters)."""
+    return re.sub(r"[^0-9A-Za-z_.\-/ ]", "_", str(name))[:200]
+
+
+def log_steps(run_id: str, series: dict[str, list[float]]) -> None:
+    """Step metrics `{key: values}`: value i at step i + 1 (after round / epoch i + 1)."""
+    now = int(time.time() * 1000)
+    metrics = [Metric(metric_key(k), float(v), now, i + 1) for k, values in series.items()
+               for i, v in enumerate(values) if v is not None and np.isfinite(float(v))]
+    if metrics:
+        MlflowClient().log_batch(run_id, metrics=metrics)
+
+
+def log_inputs(cfg, table, split) -> None:
+    """The parts of the training table the run saw, as MLflow datasets (name, digest, source)."""
+    source = str(Workspace.from_cfg(cfg, check=False).root)
+    for context, rows in (("train", split.train), ("validation", split.val), ("test", split.test)):
+        if len(rows):
+            frame = table.frame.iloc[rows].reset_index(drop=True)
+            with warnings.catch_warnings():
+                # MLflow registers local paths twice (schemes "" and "file") and warns that it
+                # picked one; and a dataset's schema is a description, not an enforced input
+                warnings.filterwarnings("ignore", "The specified dataset source can be interpreted", UserWarning)
+                warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
+                ds = mlflow.data.from_pandas(frame, source=source, targets="label",
+                                             name=f"{cfg.workspace}/{table.spec.feature_set}/{split.kind}/{context}")
+                mlflow.log_input(ds, context=context)
 
 
 def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
@@ -156,10 +187,9 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
     exp_id = setup(cfg)
     fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
     run_name = f"{model.name}-{fs}-{split.kind}"
-    tags = {"model": model.name, "features": fs, "split": split.kind, "heldout": split.heldout,
-            "split_seed": str(split.seed), "workspace": cfg.workspace,
-            "workspace_path": workspace_path(cfg), "input": model.spec.input, "calibrated": str(model.calibrated),
-            "flavor": model.flavor, "target_kind": table.spec.target_kind}
+    tags = {"stage": TRAIN, "model": model.name, "features": fs, "split": split.kind, "heldout": split.heldout,
+            "split_seed": str(split.seed), **workspace_tags(cfg), "input": model.spec.input,
+            "calibrated": str(model.calibrated), "flavor": model.flavor, "target_kind": table.spec.target_kind}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
         params = run_params(cfg, model_cfg, features_cfg or {})
         params.update({"model.library": model.library, "split.seed_used": str(split.seed),
@@ -167,11 +197,13 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
                        "features.set": fs, "features.n_columns": str(len(model.spec.columns)),
                        "features.n_store_columns": str(len(model.spec.store_columns))})
         mlflow.log_params(dict(sorted(params.items())))
+        log_inputs(cfg, table, split)
         metrics = {}
         for part, ev in evals.items():
             metrics.update(ev.prefixed(part))
         metrics.update(timing)
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        log_steps(run.info.run_id, {f"curve/{k}": v for k, v in plots.learning_curves(model.info).items()})
         for part, ev in evals.items():
             mlflow.log_table(ev.per_task, f"{part}_per_task.json")
             mlflow.log_table(ev.per_group, f"{part}_per_group.json")
@@ -192,53 +224,34 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
         for name, fig in figures.items():
             if fig is not None:
                 mlflow.log_figure(fig, f"plots/{name}.png", save_kwargs={"dpi": plots.DPI})
-        # the pyfunc's artifact is a local folder: MLflow copies it into the logged model
-        with tempfile.TemporaryDirectory() as tmp:
-            saved = Path(tmp) / "saved_model"
-            model.save(saved)
-            _log_models(model, saved, table)
+        info = pyfunc.log_model(model, table, device=str(cfg.target.device))
+        mlflow.set_tag("pyfunc_model_uri", info.model_uri)
         return run.info.run_id
 
 
-def _log_models(model, saved: Path, table) -> None:
-    base = _pins("mlflow", "numpy", "pandas")
-    flavor_pins = list(_pins(*REQUIREMENTS.get(model.flavor, ())))
-    if model.flavor == "lightgbm":
-        mlflow.lightgbm.log_model(model.native(), name="native", pip_requirements=base + flavor_pins)
-    elif model.flavor == "xgboost":
-        mlflow.xgboost.log_model(model.native(), name="native", model_format="json", pip_requirements=base + flavor_pins)
-    elif model.flavor == "pytorch":
-        # pickle: the default pt2 export traces one fixed input shape; stores per record vary
-        mlflow.pytorch.log_model(model.native(), name="native", serialization_format="pickle",
-                                 pip_requirements=base + flavor_pins)
-    example = table.take(np.arange(min(len(table), 4))).store_frame()
-    feats = [*model.spec.columns, *model.spec.store_columns]
-    example = example[["record_id", *feats]].astype({c: "float64" for c in feats})  # counters may be null
-    extra = _pins("apache-tvm", "apache-tvm-ffi") if model.name == "ms_xgb" else []
-    info = mlflow.pyfunc.log_model(
-        name="model", python_model=str(PYFUNC_ENTRY), artifacts={"model": str(saved)},
-        pip_requirements=base + flavor_pins + extra + _pins("tensor-cost-pipeline"),
-        signature=infer_signature(example, model.predict_frame(example)), input_example=example,
-        metadata={"feature_set": model.spec.feature_set, "input": model.spec.input, "columns": model.spec.columns,
-                  "store_columns": model.spec.store_columns, "target_kind": model.spec.target_kind,
-                  "calibrated": model.calibrated},
-    )
-    mlflow.set_tag("pyfunc_model_uri", info.model_uri)
-
-
-def workspace_runs(cfg) -> pd.DataFrame:
-    """Every finished training run of this workspace (its experiment, filtered by workspace
-    path; runs of stage=compare and stage=tune carry no model tag and are left out)."""
+def workspace_runs(cfg, stage: str = TRAIN) -> pd.DataFrame:
+    """Every finished run of one stage (train or tune) of this workspace: its experiment, runs
+    of its identity (and runs made before identities were recorded, by their folder); the
+    runs of stage=compare are never training runs."""
     mlflow.set_tracking_uri(tracking_uri(cfg))
-    path = workspace_path(cfg)
     exp = mlflow.get_experiment_by_name(experiment_name(cfg))
     if exp is None:
         return pd.DataFrame()
     runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               output_format="pandas", max_results=50000)
-    if runs.empty or "tags.workspace_path" not in runs.columns or "tags.model" not in runs.columns:
+    if runs.empty:
         return pd.DataFrame()
-    return runs[(runs["tags.workspace_path"] == path) & runs["tags.model"].notna()].reset_index(drop=True)
+    tags = workspace_tags(cfg)
+    mine = _tag(runs, "workspace_id") == tags["workspace_id"]
+    mine |= _tag(runs, "workspace_id").isna() & (_tag(runs, "workspace_path") == tags["workspace_path"])
+    # runs made before the stage tag: training runs are the ones that name a model
+    stage_of = _tag(runs, "stage").fillna(_tag(runs, "model").notna().map({True: TRAIN, False: ""}))
+    return runs[mine & (stage_of == stage)].reset_index(drop=True)
+
+
+def _tag(runs: pd.DataFrame, name: str) -> pd.Series:
+    col = f"tags.{name}"
+    return runs[col] if col in runs.columns else pd.Series(None, index=runs.index, dtype=object)
 
 
 def with_split_tags(runs: pd.DataFrame) -> pd.DataFrame:
@@ -317,53 +330,71 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
     return out
 
 
-def metric_key(name: str) -> str:
-    """A task or network name as part of an MLflow metric name (its allowed characters)."""
-    return re.sub(r"[^0-9A-Za-z_.\-/ ]", "_", str(name))[:200]
-
-
 def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,
                  tags: dict, run_name: str, baseline: str = "xgb") -> str:
-    """One MLflow run (tag stage=tune) for a tuning comparison: the `tune.*` config, per-task
-    metrics `<metric>.<task>.<cost model>`, the first seed's best latency after every batch as
-    step metrics `curve_us.<task>.<cost model>`, and the report files under `tune/`."""
+    """One MLflow run (tag stage=tune) for a tuning comparison, with the report files under
+    `tune/`, and a nested run per (task, cost model) and, for a network, per (network, cost
+    model): tags task / network and cost_model, the summary's columns as metrics (means over
+    seeds, `_min` / `_max` their spread), and
+    `best_latency_us` after every batch (mean over seeds) as a step metric over trials.
+    Every run has the params of a training run (run_params). Returns the parent's id."""
     exp = setup(cfg)
-    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags={"stage": "tune", **tags}) as run:
-        tune = OmegaConf.to_container(cfg.tune, resolve=True)
-        tune.pop("suite", None)  # the dataset=ops config composed for tune.tasks=ops
-        params = flatten(tune, "tune.")
-        params.update({"target": json.dumps(OmegaConf.to_container(cfg.target.tvm, resolve=True)),
-                       "budget": str(cfg.budget.name), "seed": str(cfg.seed)})
-        mlflow.log_params(dict(sorted(params.items())))
-        metrics = {}
-        for r in summary.itertuples(index=False):
-            k = f"{metric_key(r.task)}.{r.cost_model}"
-            metrics[f"best_latency_us.{k}"] = r.best_latency_us
-            metrics[f"gflops.{k}"] = r.gflops
-            metrics[f"tuning_min.{k}"] = r.tuning_min
-            metrics[f"speedup_vs_{baseline}.{k}"] = getattr(r, f"speedup_vs_{baseline}")
-            metrics[f"trials_to_{baseline}_best.{k}"] = getattr(r, f"trials_to_{baseline}_best")
-        for r in end_to_end.itertuples(index=False):
-            metrics[f"e2e_latency_ms.{r.cost_model}.s{r.seed}"] = r.e2e_latency_ms
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(float(v))})
-        if len(curves):
-            first = curves[(curves["seed"] == curves["seed"].min()) & np.isfinite(curves["best_s"].astype(float))]
-            now = int(time.time() * 1000)
-            MlflowClient().log_batch(run.info.run_id, metrics=[
-                Metric(f"curve_us.{metric_key(c.task)}.{c.cost_model}", float(c.best_s) * 1e6, now, int(c.trial))
-                for c in first.itertuples(index=False)])
+    base = {"stage": TUNE, **workspace_tags(cfg), **tags}
+    params = dict(sorted(run_params(cfg).items()))
+    reach = f"trials_to_{baseline}_best"
+    values = ["best_latency_us", "best_latency_us_min", "best_latency_us_max", "gflops", "tuning_min",
+              f"speedup_vs_{baseline}", reach, f"{reach}_min", f"{reach}_max", "trials", "valid_trials", "seeds",
+              "reached", "refits"]
+    curve = curves.assign(best_us=curves["best_s"].astype(float) * 1e6).groupby(
+        ["task", "cost_model", "trial"], as_index=False)["best_us"].mean() if len(curves) else curves
+    with mlflow.start_run(experiment_id=exp, run_name=run_name, tags=base) as run:
+        mlflow.log_params(params)
         for p in files.values():
             mlflow.log_artifact(str(p), artifact_path="tune")
+        for r in summary.to_dict("records"):
+            with mlflow.start_run(experiment_id=exp, run_name=f"{r['task']}-{r['cost_model']}", nested=True,
+                                  tags={**base, "task": str(r["task"]), "cost_model": str(r["cost_model"])}) as child:
+                mlflow.log_params(params)
+                mine = curve[(curve["task"] == r["task"]) & (curve["cost_model"] == r["cost_model"])] \
+                    if len(curve) else curve
+                steps = _at_trials(mine)
+                if steps:  # the curve ends at the summary's value
+                    steps[-1] = r["best_latency_us"]
+                    log_steps(child.info.run_id, {"best_latency_us": steps})
+                _log_values({k: r.get(k) for k in values if not (steps and k == "best_latency_us")})
+        for (network, cost_model), rows in (end_to_end.groupby(["network", "cost_model"], sort=False)
+                                            if len(end_to_end) else []):
+            with mlflow.start_run(experiment_id=exp, run_name=f"{network}-{cost_model}", nested=True,
+                                  tags={**base, "network": str(network), "cost_model": str(cost_model)}):
+                mlflow.log_params(params)
+                e2e = rows["e2e_latency_ms"].astype(float)
+                _log_values({"e2e_latency_ms": e2e.mean(), "e2e_latency_ms_min": e2e.min(),
+                             "e2e_latency_ms_max": e2e.max(), "seeds": len(rows)})
         return run.info.run_id
 
 
-def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict) -> str:
+def _at_trials(curve: pd.DataFrame) -> list:
+    """Values by step for log_steps (index = trial - 1; None where no batch ended)."""
+    if curve.empty:
+        return []
+    out = [None] * int(curve["trial"].max())
+    for t, v in zip(curve["trial"].astype(int), curve["best_us"]):
+        out[t - 1] = v
+    return out
+
+
+def _log_values(values: dict) -> None:
+    mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None and np.isfinite(float(v))})
+
+
+def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,
+                   tags: dict | None = None) -> str:
     """One MLflow run (tag stage=compare) with stage=compare's aggregated tables (MLflow
-    tables, `MlflowClient().load_table`), its report files and the parameters that made them."""
+    tables, `MlflowClient().load_table`), its report files, the parameters that made them and
+    `tags` (what the comparison selected)."""
     exp = setup(cfg)
-    with mlflow.start_run(experiment_id=exp, run_name="compare", tags={"stage": "compare",
-                                                                        "workspace": cfg.workspace,
-                                                                        "workspace_path": workspace_path(cfg)}) as run:
+    with mlflow.start_run(experiment_id=exp, run_name=str((tags or {}).get("report", COMPARE)),
+                          tags={"stage": COMPARE, **workspace_tags(cfg), **(tags or {})}) as run:
         mlflow.log_params({k: str(v) for k, v in sorted(params.items())})
         for name, table in tables.items():
             if len(table):

@@ -45,7 +45,7 @@ def trained(collected_workspace, tmp_path_factory):
 def test_default_train_and_compare(trained):
     root, over, out, report, db = trained
     assert out["runs"] == len(DEFAULT_ROWS) and out["skipped_feature_sets"] == 0
-    table = pd.read_csv(root / "reports" / "compare.csv")
+    table = pd.read_csv(root / "reports" / "compare-within_task.csv")
     assert set(zip(table["model"], table["features"])) == DEFAULT_ROWS
     assert (table["split"] == "within_task").all() and report["runs"] == len(DEFAULT_ROWS)
     for m in ("spearman", "kendall", "pair_acc", "peak1", "peak5", "recall32of128", "recall25pct",
@@ -56,10 +56,10 @@ def test_default_train_and_compare(trained):
     calibrated = table["model"].isin(["lgbm", "xgb", "ms_xgb"])
     assert table.loc[calibrated, "test_rmse"].notna().all() and table.loc[~calibrated, "test_rmse"].isna().all()
     assert ((table["test_peak1"] > 0) & (table["test_peak1"] <= 1)).all()
-    rows = [line.split("|")[1].strip() for line in (root / "reports" / "compare.md").read_text().splitlines()
+    rows = [line.split("|")[1].strip() for line in (root / "reports" / "compare-within_task.md").read_text().splitlines()
             if line.startswith("|")]
     assert rows.count("ms_xgb") == 1 and rows.count("lgbm") == 2
-    assert (root / "reports" / "compare.png").stat().st_size > 1000
+    assert (root / "reports" / "compare-within_task.png").stat().st_size > 1000
 
 
 def test_mlflow_runs_params_artifacts_and_aliases(trained):
@@ -86,19 +86,16 @@ def test_mlflow_runs_params_artifacts_and_aliases(trained):
     assert len(per_task) == lgbm["metrics.test_n_tasks"] == 3 and {"task_id", "peak1"} <= set(per_task.columns)
     plots = {a.path for a in client.list_artifacts(lgbm["run_id"], "plots")}
     assert {"plots/predicted_vs_measured.png", "plots/topk_curve.png", "plots/feature_importance.png"} <= plots
-    # aliases: best overall and per feature set; the pyfunc predicts from a features DataFrame
+    # aliases: best overall and per feature set; the pyfunc predicts from the stored feature tables
     name = f"{cfg.workspace}-cost-model"
     for alias in ("best", "best-static", "best-profiler"):
         assert client.get_model_version_by_alias(name, alias).version
-    model = mlflow.pyfunc.load_model(f"models:/{name}@best-static")
+    model = mlflow.pyfunc.load_model(f"models:/{name}@best-profiler")
     meta = model.metadata.metadata
-    assert meta["feature_set"] == "static"
-    ws = Workspace.from_cfg(cfg)
-    table = build_table(ws, "static", device="cpu")
-    frame = table.store_frame() if meta["input"] == "stores" else table.frame
-    frame = frame[["record_id", *meta["columns"], *meta["store_columns"]]]
-    scores = model.predict(frame)
-    assert list(scores["record_id"]) == list(table.frame["record_id"]) and np.isfinite(scores["score"]).all()
+    assert meta["feature_set"] == "profiler" and meta["tables"] == ["features/cpu/device=cpu"]
+    scores = model.predict(pd.read_parquet(root / meta["tables"][0]))
+    table = build_table(Workspace.from_cfg(cfg), "profiler", device="cpu")
+    assert set(scores["record_id"]) == set(table.frame["record_id"]) and np.isfinite(scores["score"]).all()
 
 
 def test_sweep_of_one_model_and_split(trained, tmp_path):
@@ -226,9 +223,11 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     best = client.get_model_version_by_alias(f"{cfg.workspace}-cost-model", "best")
     assert (best.tags["heldout"], best.tags["split_seed"]) == ("netB", "1")
 
-    out = run_stage("compare", over)
-    assert out["heldout_rows"] == 6 and out["ablation_rows"] == 2
-    table = pd.read_csv(root / "reports" / "heldout.csv", keep_default_na=False, na_values=[""])
+    # the comparison of what the sweep trained: split, features and models as in its command
+    out = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]"])
+    assert out["heldout_rows"] == 6 and out["ablation_rows"] == 2 and out["runs"] == 8
+    assert Path(out["report"]).name == "compare-by_network-static.md"
+    table = pd.read_csv(root / "reports" / "heldout-by_network-static.csv", keep_default_na=False, na_values=[""])
     assert set(zip(table["heldout"], table["model"])) == {(h, m) for h in ("netA", "netB", "mean")
                                                           for m in ("lgbm", "lgbm_ps")}
     assert (table["n_seeds"] == 2).all()
@@ -244,10 +243,12 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
         per_net = rows.loc[["netA", "netB"], "test_top1_score"]
         assert rows.loc["mean", "test_top1_score"] == pytest.approx(per_net.mean())
         assert rows.loc["mean", "test_top1_score_min"] == pytest.approx(per_net.min())
-    report = (root / "reports" / "evaluation.md").read_text()
+    report = Path(out["evaluation"]).read_text()
+    assert Path(out["evaluation"]) == root / "reports" / "evaluation-by_network-static.md"
     assert "## Leave one network out" in report and "## Ablation (ordered by val_top1_score" in report
-    assert report.count("| lgbm_ps ") >= 4 and (root / "reports" / "heldout.png").stat().st_size > 1000
+    assert report.count("| lgbm_ps ") >= 4
+    assert (root / "reports" / "heldout-by_network-static.png").stat().st_size > 1000
     logged = mlflow.search_runs(experiment_names=[cfg.workspace], filter_string="tags.stage = 'compare'")
-    assert len(logged) == 1
+    assert len(logged) == 1 and logged["tags.report"].iloc[0] == "compare-by_network-static"
     back = client.load_table(logged["experiment_id"].iloc[0], "heldout.json", run_ids=[logged["run_id"].iloc[0]])
     assert len(back) == 6

@@ -65,10 +65,27 @@ def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     assert "NOTE: Not a comparison of cost models" in printed and COMPARISON_COMMAND in printed
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.stage = 'tune'")
-    assert len(runs) == 1 and runs["tags.ours_uri"].iloc[0].endswith("@best")
-    assert runs["tags.comparison"].iloc[0] == "no: below xgb's warm-up"
-    art = mlflow.MlflowClient().list_artifacts(runs["run_id"].iloc[0], "tune")
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()]
+    assert len(parent) == 1 and parent["tags.ours_uri"].iloc[0].endswith("@best")
+    assert parent["tags.comparison"].iloc[0] == "no: below xgb's warm-up"
+    client = mlflow.MlflowClient()
+    art = client.list_artifacts(parent["run_id"].iloc[0], "tune")
     assert {"tune.md", "tune_curves.png"} <= {a.path.split("/")[-1] for a in art}
+    # one nested run per (task, cost model): names as tags, metrics and params named as in training runs
+    children = runs[runs["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
+    assert sorted(children["tags.cost_model"]) == ["ours", "random", "xgb"] and children["tags.task"].nunique() == 1
+    metrics = {c[len("metrics."):] for c in children.columns if c.startswith("metrics.") and children[c].notna().any()}
+    assert {"best_latency_us", "gflops", "tuning_min", "trials"} <= metrics and not any("." in m for m in metrics)
+    assert (children["params.budget.name"] == "smoke").all() and "params.budget" not in children.columns
+    assert children["params.dataset.name"].eq("ops").all() and children["tags.workspace_id"].notna().all()
+    ours = children[children["tags.cost_model"] == "ours"].iloc[0]
+    curve = client.get_metric_history(ours["run_id"], "best_latency_us")
+    assert [m.step for m in curve] == [8] and curve[-1].value == pytest.approx(
+        summary.set_index("cost_model").loc["ours", "best_latency_us"])
+    # compare after tuning: training runs only, no blank row
+    compared = run_stage("compare", over)
+    table = pd.read_csv(compared["report"].replace(".md", ".csv"))
+    assert compared["runs"] == 1 and table["model"].notna().all() and list(table["model"]) == ["lgbm"]
 
 
 def test_network_tune_with_held_out_model(trained_store):
@@ -111,7 +128,14 @@ def test_network_tune_with_held_out_model(trained_store):
         assert (reports / f).stat().st_size > 0
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.`tune.tasks` = 'bert_encoder'")
-    assert len(runs) == 1 and runs["tags.comparison"].iloc[0] == "yes"
+    parent = runs[runs["tags.mlflow.parentRunId"].isna()]
+    assert len(parent) == 1 and parent["tags.comparison"].iloc[0] == "yes"
+    # nested: one run per row of the summary (tasks and the network), one per (network, cost model) end to end
+    children = runs[runs["tags.mlflow.parentRunId"] == parent["run_id"].iloc[0]]
+    whole = children[children["tags.network"].notna()]
+    assert len(children) - len(whole) == len(summary)
+    assert sorted(whole["tags.cost_model"]) == ["ours", "ours_update", "untuned", "xgb"]
+    assert (whole["metrics.e2e_latency_ms_min"] <= whole["metrics.e2e_latency_ms"]).all()
     # a model that saw a tuned task is refused before any tuning
     with pytest.raises(TuneError, match="was trained on 1 of the 1 tuned tasks"):
         run_stage("tune", [*over, *TINY, "tune.require_held_out=true", f"tune.model_uri={uri}"])

@@ -1,9 +1,12 @@
-"""Task and record identities: stable across processes and machines."""
+"""Task, record and workspace identities: stable across processes, machines and folders."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Iterable
+
+from omegaconf import OmegaConf
 
 
 def task_id(mod) -> str:
@@ -21,6 +24,42 @@ def trace_json(trace) -> str:
 
 def record_id(task: str, trace_text: str) -> str:
     return hashlib.sha1(f"{task}\n{trace_text}".encode()).hexdigest()[:16]
+
+
+def tasks_digest(task_ids: Iterable[str], targets: Iterable[str]) -> str:
+    """Content hash of a task table: its (task id, target) pairs, in any order, as 16 hex digits.
+
+    A task id is the structural hash of the workload, so two task tables with the same
+    workloads for the same target have one digest wherever their folders are."""
+    lines = sorted(f"{t}\t{g}" for t, g in zip(task_ids, targets))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def workspace_id(dataset: str, target: str, digest: str) -> str:
+    """A workspace's identity: dataset name, target name and the digest of its task table."""
+    return hashlib.sha256(f"{dataset}\n{target}\n{digest}".encode()).hexdigest()[:16]
+
+
+def selection(cfg, available: int) -> dict:
+    """What picks a workspace's tasks, as stage=tasks records it: the dataset's name and source,
+    the dataset keys named in `dataset.task_keys`, and how many of the `available` workloads
+    `budget.max_tasks` keeps (a larger budget that keeps them all selects the same tasks)."""
+    d = cfg.dataset
+    out = {"dataset.name": str(d.name), "dataset.source": str(d.get("source"))}
+    for key in d.get("task_keys") or []:
+        value = d.get(key)
+        out[f"dataset.{key}"] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    limit = cfg.budget.get("max_tasks")
+    out["budget.max_tasks"] = int(available) if limit is None else min(int(limit), int(available))
+    out["available"] = int(available)
+    return out
+
+
+def selection_diff(recorded: dict, cfg) -> list[str]:
+    """How the selection of `cfg` differs from the one a workspace recorded (empty: none)."""
+    now = selection(cfg, int(recorded.get("available", 0)))
+    return [f"{k}={json.dumps(recorded.get(k))} there, {json.dumps(v)} in this run"
+            for k, v in now.items() if k != "available" and recorded.get(k) != v]
 
 
 def _plain(obj):

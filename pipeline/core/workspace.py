@@ -30,11 +30,14 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipeline.core import locks
+from pipeline.core import identity, locks
 from pipeline.core import schema as S
 from pipeline.core.catalog import Table, table
 from pipeline.core.errors import PipelineError
 from pipeline.core.sharding import Shard
+
+# Key of the dataset selection in tasks.parquet's file metadata (identity.selection).
+SELECTION_KEY = b"pipeline.selection"
 
 # Rows buffered by a part writer before it writes a part (bounds what a kill can lose).
 FLUSH_ROWS = 16
@@ -49,8 +52,13 @@ class Workspace:
     root: Path
 
     @classmethod
-    def from_cfg(cls, cfg) -> "Workspace":
-        return cls(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+    def from_cfg(cls, cfg, *, check: bool = True) -> "Workspace":
+        """The workspace of `cfg`; `check`: refuse one whose tasks another dataset selection
+        picked (see `check_selection`)."""
+        ws = cls(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
+        if check:
+            ws.check_selection(cfg)
+        return ws
 
     @property
     def name(self) -> str:
@@ -98,6 +106,38 @@ class Workspace:
     def features(self) -> Path:
         return self.root / "features"
 
+    # ------------------------------------------------------------------ identity
+
+    def selection(self) -> dict | None:
+        """The dataset selection that stage=tasks recorded with the task table (None: the
+        table is missing, or older than the record)."""
+        if not self.tasks.exists():
+            return None
+        raw = (pq.read_schema(self.tasks).metadata or {}).get(SELECTION_KEY)
+        return json.loads(raw) if raw else None
+
+    def check_selection(self, cfg) -> None:
+        """Refuse a config whose dataset selection differs from the one the workspace was built
+        for: every table, run and model of the workspace would be labelled with a dataset it
+        does not hold (`dataset.ops=[GMM]` on a workspace of 13 operators)."""
+        recorded = self.selection()
+        diff = identity.selection_diff(recorded, cfg) if recorded else []
+        if diff:
+            raise WorkspaceError(
+                f"workspace {self.root} holds the tasks of another dataset selection ({'; '.join(diff)}). Give this "
+                f"selection its own workspace (workspace=<name> or paths.data=<folder>), run with the workspace's "
+                f"values, or rebuild it for this selection with `python -m pipeline stage=tasks force=true` and the "
+                f"stages after it.")
+
+    def identity(self, cfg) -> dict[str, str]:
+        """Who the workspace is, wherever its folder lies: dataset, target and the content hash
+        of its task table (`workspace_id` is a hash of the three)."""
+        tasks = self.read("tasks", require=True, columns=["task_id", "target"])
+        digest = identity.tasks_digest(tasks["task_id"], tasks["target"])
+        dataset, target = str(cfg.dataset.name), str(cfg.target.name)
+        return {"workspace_id": identity.workspace_id(dataset, target, digest), "workspace.dataset": dataset,
+                "workspace.target": target, "workspace.tasks_digest": digest}
+
     def require(self, path: Path, stage: str) -> Path:
         if not path.exists() or (path.is_dir() and not any(path.rglob("*.parquet"))):
             raise WorkspaceError(
@@ -126,12 +166,14 @@ class Workspace:
             return empty_frame(t.schema, columns)
         return read_table(p, t.schema, columns=columns)
 
-    def write(self, name: str | Table, rows: pd.DataFrame | Iterable[dict]) -> Path:
-        """Write a single-file table (tasks.parquet, ...) as a whole, atomically."""
+    def write(self, name: str | Table, rows: pd.DataFrame | Iterable[dict], metadata: dict | None = None) -> Path:
+        """Write a single-file table (tasks.parquet, ...) as a whole, atomically, with extra
+        file `metadata` (bytes keys and values) beside the schema's."""
         t = table(name)
         if t.is_folder:
             raise ValueError(f"table {t.name} is a folder of part files: write it with Workspace.writer")
-        return write_table(rows, t.schema, self.path(t))
+        schema = t.schema.with_metadata({**(t.schema.metadata or {}), **metadata}) if metadata else t.schema
+        return write_table(rows, schema, self.path(t))
 
     def todo(self, name: str | Table, items: pd.DataFrame, *, shard: Shard, force: bool,
              on: Sequence[str] | None = None, device: str | None = None, shard_by: str | None = None,

@@ -1,19 +1,26 @@
-"""stage=compare: the workspace's MLflow runs side by side, and aggregated over splits.
+"""stage=compare: the workspace's training runs side by side, and aggregated over splits.
 
-Reads the runs with `mlflow.search_runs` (the same store `mlflow ui` shows), keeps the
-newest run of each (model, features, split, held-out networks, seed) unless
-`compare.latest_only=false`, and writes to <workspace>/reports/:
+Reads the runs with `mlflow.search_runs` (the same store `mlflow ui` shows): the training
+runs of this workspace (by identity, models/tracking.py; tune runs have their own report)
+that the keys which select runs in stage=train select here too: `split`, `model` (model=all:
+the models of `train.models`) and `features` (features=each: the sets of `train.features`).
+Keeps the newest run of each (model, features, split, held-out networks, seed) unless
+`compare.latest_only=false`, and writes to <workspace>/reports/, <sel> saying what was
+selected (`-by_task`, `-within_task-lgbm-static`, `-by_network-all_runs`, ...) so that the
+jobs of a sweep (`-m stage=compare split=within_task,by_task`) each keep theirs:
 
-  compare.csv / .md   one row per run (test part; validation top-1 beside it)
-  evaluation.md       the runs aggregated (models/evaluation.py): leave-one-network-out, one
-                      row per held-out network and model with the spread over seeds and the
-                      mean over networks; every split over its seeds; the ablation, ordered
-                      by the validation metric that chooses (`mlflow.best_metric`)
-  heldout.csv, splits.csv, ablation.csv   the same tables with every column
-  compare.png         mean test metrics per (model, features, split); heldout.png: test top-1
-                      per held-out network with the spread over seeds
+  compare<sel>.csv / .md    one row per run (test part; validation top-1 beside it)
+  evaluation<sel>.md        the runs aggregated (models/evaluation.py): leave-one-network-out,
+                            one row per held-out network and model with the spread over seeds
+                            and the mean over networks; every split over its seeds; the
+                            ablation, ordered by the validation metric that chooses
+                            (`mlflow.best_metric`)
+  heldout<sel>.csv, splits<sel>.csv, ablation<sel>.csv   the same tables with every column
+  compare<sel>.png          mean test metrics per (model, features, split); heldout<sel>.png:
+                            test top-1 per held-out network with the spread over seeds
 
-The aggregated tables are logged to MLflow as a run tagged stage=compare.
+The aggregated tables are logged to MLflow as a run tagged stage=compare (tag `report`:
+compare<sel>).
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from models import evaluation as E
-from models import plots, tracking
+from models import plots, registry, tracking
 from models.metrics import ALL_METRICS
 from pipeline.core.workspace import Workspace, WorkspaceError
 
@@ -33,6 +40,24 @@ log = logging.getLogger(__name__)
 FIRST = ["model", "features", "split", "heldout", "seed"]
 SHOWN = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pair acc",
          "test_spearman": "Spearman"}
+EACH = "each"  # features=each (conf/features/each.yaml): every set of train.features
+
+
+def selection(cfg) -> dict[str, list[str]]:
+    """The runs to compare, by run tag: what stage=train with the same keys trains."""
+    models = cfg.train.models if str(cfg.model.name) == registry.ALL else [cfg.model.name]
+    features = cfg.train.features if str(cfg.features.name) == EACH else [cfg.features.name]
+    return {"split": [str(cfg.split.name)], "model": [str(m) for m in models], "features": [str(f) for f in features]}
+
+
+def report_name(cfg, kind: str = "compare") -> str:
+    """`<kind>-<split>[-<model>][-<features>][-all_runs]`: a report of what this comparison
+    selected (kind: compare, evaluation, heldout, splits, ablation)."""
+    parts = [kind, str(cfg.split.name)]
+    parts += [str(cfg.model.name)] if str(cfg.model.name) != registry.ALL else []
+    parts += [str(cfg.features.name)] if str(cfg.features.name) != EACH else []
+    parts += [] if bool(cfg.compare.latest_only) else ["all_runs"]
+    return "-".join(parts)
 
 
 def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -107,32 +132,46 @@ def _models(cfg, table: pd.DataFrame) -> pd.DataFrame:
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     select = tracking.best_metric(cfg)
-    runs = tracking.workspace_runs(cfg)
+    every = tracking.workspace_runs(cfg)
+    if every.empty:
+        raise WorkspaceError(
+            f"no MLflow training run for workspace {ws.root} in {tracking.tracking_uri(cfg)} (experiment "
+            f"{tracking.experiment_name(cfg)}): run `python -m pipeline stage=train` first (same mlflow.tracking_uri).")
+    sel = selection(cfg)
+    chosen = np.logical_and.reduce([every[f"tags.{k}"].isin(v) for k, v in sel.items()])
+    runs = every[chosen]
+    what = ", ".join(f"{k}={'/'.join(v)}" for k, v in sel.items())
     if runs.empty:
         raise WorkspaceError(
-            f"no MLflow run for workspace {ws.root} in {tracking.tracking_uri(cfg)} (experiment "
-            f"{tracking.experiment_name(cfg)}): run `python -m pipeline stage=train` first (same mlflow.tracking_uri).")
+            f"none of the {len(every)} training runs of workspace {ws.name} is one of {what}: train them with "
+            f"`python -m pipeline stage=train split={cfg.split.name}`, or select others with split=, model=, features=")
     if bool(cfg.compare.latest_only):
         runs = tracking.latest_per_config(runs)
     table = comparison_table(runs)
     reports = ws.root / "reports"
     reports.mkdir(parents=True, exist_ok=True)
+    name = report_name(cfg)
+    paths = {ext: reports / f"{name}.{ext}" for ext in ("csv", "md", "png")}
+    paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
+        ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"))})
+    paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
     shown = table.drop(columns=["run_id", "start_time"])
-    table.to_csv(reports / "compare.csv", index=False)
-    (reports / "compare.md").write_text(
-        f"# Cost models of workspace {ws.name}\n\nTest part of each run's split (val_*: validation part); top-k "
-        f"figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); metrics "
-        f"defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
+    table.to_csv(paths["csv"], index=False)
+    paths["md"].write_text(
+        f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
+        f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
+        f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
         f"{tracking.experiment_name(cfg)}.\n\n" + to_markdown(shown))
 
+    # the aggregation reads the runs this selection kept
     frame = E.run_frame(tracking.with_split_tags(runs))
     heldout = E.heldout_table(frame)
     splits = E.split_table(frame)
     ablation = E.ablation_table(heldout, select)
-    heldout.to_csv(reports / "heldout.csv", index=False)
-    splits.to_csv(reports / "splits.csv", index=False)
-    ablation.to_csv(reports / "ablation.csv", index=False)
-    text = [f"# Evaluation of workspace {ws.name}\n",
+    heldout.to_csv(paths["heldout"], index=False)
+    splits.to_csv(paths["splits"], index=False)
+    ablation.to_csv(paths["ablation"], index=False)
+    text = [f"# Evaluation of workspace {ws.name}: {what}\n",
             f"Means with [min, max]: over seeds per held-out network, over held-out networks in the `mean` rows, over "
             f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
             f"{cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
@@ -143,28 +182,32 @@ def run(cfg) -> dict:
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
         text += [f"## Ablation (ordered by {select}, the selection metric)\n", to_markdown(ablation)]
-    (reports / "evaluation.md").write_text("\n".join(text))
-    files = [reports / f for f in ("compare.csv", "compare.md", "evaluation.md", "heldout.csv", "splits.csv",
-                                   "ablation.csv")]
+    paths["evaluation"].write_text("\n".join(text))
+    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation")]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
-        plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), reports / "compare.png")
-        files.append(reports / "compare.png")
+        plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), paths["png"])
+        files.append(paths["png"])
     if len(heldout):
-        plots.save(plots.heldout_chart(_models(cfg, heldout), "test_top1_score"), reports / "heldout.png")
-        files.append(reports / "heldout.png")
-    run_id = tracking.log_evaluation(cfg, tables={"runs": shown, "heldout": heldout, "splits": splits,
-                                                  "ablation": ablation}, files=files,
-                                     params={"select": select, "topk_min_records": cfg.train.topk_min_records,
-                                             "runs": len(table), "latest_only": cfg.compare.latest_only})
+        plots.save(plots.heldout_chart(_models(cfg, heldout), "test_top1_score"), paths["heldout_png"])
+        files.append(paths["heldout_png"])
+    run_id = tracking.log_evaluation(
+        cfg, tables={"runs": shown, "heldout": heldout, "splits": splits, "ablation": ablation}, files=files,
+        params={"select": select, "topk_min_records": cfg.train.topk_min_records, "runs": len(table),
+                "latest_only": cfg.compare.latest_only, **{f"selection.{k}": "/".join(v) for k, v in sel.items()}},
+        tags={"report": name})
     with pd.option_context("display.width", 250, "display.max_columns", 40):
-        print(f"\nstage=compare, workspace {ws.name}: {len(table)} runs")
+        print(f"\nstage=compare, workspace {ws.name}, {what}: {len(table)} runs")
         if len(heldout):
             print("leave one network out (test part, mean [min, max] over seeds; mean rows over networks):")
             print(heldout_report(_models(cfg, heldout)).to_string(index=False))
         if len(splits):
             print("every split over its runs (test part):")
             print(split_report(_models(cfg, splits)).to_string(index=False))
-        print(f"written: {reports / 'evaluation.md'}, compare.md, *.csv, *.png (MLflow run {run_id})")
-    return {"runs": len(table), "report": str(reports / "evaluation.md"), "heldout_rows": len(heldout),
-            "ablation_rows": len(ablation)}
+        left = int((~chosen).sum())
+        if left:
+            print(f"{left} other training runs of this workspace (select them with split=, model=, features=)")
+        print(f"written: {paths['md']}, {paths['evaluation'].name}, {name}.csv and the tables and charts beside "
+              f"them (MLflow run {run_id})")
+    return {"runs": len(table), "report": str(paths["md"]), "evaluation": str(paths["evaluation"]),
+            "heldout_rows": len(heldout), "ablation_rows": len(ablation)}

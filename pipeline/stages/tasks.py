@@ -17,7 +17,7 @@ import pandas as pd
 from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.core.targets import make_target, target_dict, target_json
-from pipeline.core.workspace import Workspace
+from pipeline.core.workspace import SELECTION_KEY, Workspace
 from pipeline.workloads import args_of, flops_of, load_workloads
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def run(cfg) -> dict:
     # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
     from tvm.s_tir import meta_schedule as ms
 
-    ws = Workspace.from_cfg(cfg)
+    ws = Workspace.from_cfg(cfg, check=not cfg.force)  # force rebuilds it for this selection
     if ws.tasks.exists() and not cfg.force:
         tasks = ws.read("tasks")
         log.info("%s exists (%d tasks); force=true rebuilds it", ws.tasks, len(tasks))
@@ -63,6 +63,7 @@ def run(cfg) -> dict:
     tdict = target_dict(cfg)
     target = make_target(tdict)
     workloads = load_workloads(cfg, target)
+    available = len(workloads)
     limit = cfg.budget.max_tasks
     if limit is not None and len(workloads) > int(limit):
         workloads = select_tasks(workloads, int(limit))
@@ -89,6 +90,6 @@ def run(cfg) -> dict:
     # The workload indices may have moved: every record line is written anew from the tables.
     synced = D.sync_records(ws, pd.DataFrame(rows), fresh=True)
     ws.write("network_tasks", network_rows(workloads))
-    ws.write("tasks", rows)
+    ws.write("tasks", rows, metadata={SELECTION_KEY: json.dumps(identity.selection(cfg, available))})
     log.info("wrote %d tasks to %s", len(rows), ws.tasks)
     return {"tasks": len(rows), "records": synced.get("lines", 0)}
