@@ -53,7 +53,8 @@ def run_of(name: str):
         from pipeline.core.sharding import Shard
         from pipeline.core.workspace import Workspace
 
-        with Workspace.from_cfg(cfg).stage_lock(name, Shard.from_cfg(cfg), wait_s=float(cfg.lock.wait_s)):
+        # The lock is the folder's whatever selection it holds: the stage itself checks the selection.
+        with Workspace.from_cfg(cfg, check=False).stage_lock(name, Shard.from_cfg(cfg), wait_s=float(cfg.lock.wait_s)):
             return run(cfg)
 
     return locked
