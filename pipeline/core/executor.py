@@ -184,8 +184,10 @@ def timed_pool(timeout_s: float):
     if timeout_s not in _TIMED_POOLS:
         from tvm.support.popen_pool import PopenPoolExecutor  # seconds to import: only on a worker
 
+        # The child dies with this process (a Ray worker killed with its node takes its build along).
         _TIMED_POOLS[timeout_s] = PopenPoolExecutor(max_workers=1, timeout=timeout_s,
-                                                    maximum_process_uses=RECYCLE_AFTER)
+                                                    maximum_process_uses=RECYCLE_AFTER,
+                                                    initializer=die_with_parent, initargs=(os.getpid(),))
     return _TIMED_POOLS[timeout_s]
 
 

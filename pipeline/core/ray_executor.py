@@ -38,13 +38,13 @@ START_HINT = ("start the head node with `ray start --head --port=6379` (and `ray
 
 
 def import_ray():
-    """Ray, imported on first use: it is a heavy optional dependency (a second or more to
-    import, and not needed by `executor=local`)."""
+    """Ray, imported on first use: a second or more to import, and not needed by
+    `executor=local`."""
     try:
         import ray
     except ImportError as e:
-        raise PipelineError("executor=ray needs Ray: pip install 'ray==2.60.0' (pinned in pyproject.toml, "
-                            "extra `ray`)") from e
+        raise PipelineError("executor=ray needs Ray: pip install 'ray==2.60.0' (a dependency in pyproject.toml; "
+                            "`make install` installs it)") from e
     return ray
 
 
