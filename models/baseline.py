@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import xgboost as xgb
-from tqdm import tqdm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
@@ -29,6 +28,7 @@ from features.static import preload_tensor_intrinsics
 from models.base import CostModel, FeatureSpec
 from pipeline.core import database as D
 from pipeline.core import schema as S
+from pipeline.core.progress import progress
 from pipeline.core.targets import make_target
 from pipeline.core.workspace import Workspace, read_table
 
@@ -105,7 +105,7 @@ class MSXGBModel(CostModel):
         # adaptive training skips a retrain until the data grew by a fifth since the last one:
         # a last size beyond reach defers the one training to the final update
         self.ms_model.last_train_size = 1 << 62
-        for i, (tid, g) in enumerate(tqdm(groups, desc="ms_xgb update", unit="task", leave=False)):
+        for i, (tid, g) in enumerate(progress(groups, desc="ms_xgb update", unit="task", leave=False)):
             ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
             results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in g["mean_s"]]
             if i == len(groups) - 1:

@@ -19,13 +19,13 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 import tvm
-from tqdm import tqdm
 from tvm import relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from pipeline.core.builder import PersistentBuilder  # noqa: F401 - stage=tune builds with it
+from pipeline.core.progress import progress
 from pipeline.core.tvm_compat import preload_tensor_intrin
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     its first failure."""
     trials, runs, e2e, dropped = [], [], [], {}
     jobs = [(item, seed, kind) for item in items for seed in seeds for kind in kinds]
-    for item, seed, kind in tqdm(jobs, desc="tune", unit="run"):
+    for item, seed, kind in progress(jobs, desc="tune", unit="run"):
         if kind in dropped:
             continue
         log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from tqdm import tqdm
 
 from pipeline.core import database as D
 from pipeline.core.executor import Executor
+from pipeline.core.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 from pipeline.runner import modes
@@ -44,7 +44,7 @@ def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> d
         return mode.summary()
     counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0, "missing_library": len(lost)}
     job_of = {j["record_id"]: j for j in jobs}
-    bar = tqdm(total=len(jobs), desc="measure", unit="kernel")
+    bar = progress(total=len(jobs), desc="measure", unit="kernel")
     for results in mode.results(jobs):
         for res in results:
             job = job_of[res["record_id"]]

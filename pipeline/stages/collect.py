@@ -34,7 +34,6 @@ from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
-from tqdm import tqdm
 
 from features import cuda_resources, profilers, static
 from features.ncu import command as ncu_command
@@ -43,6 +42,7 @@ from pipeline.core import database as D
 from pipeline.core import executor as E
 from pipeline.core.catalog import table
 from pipeline.core.errors import PipelineError
+from pipeline.core.progress import progress
 from pipeline.core.registry import choose
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
@@ -92,7 +92,7 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, execut
                  records=[(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)
                           for r in group.itertuples()])
             for task_id, group in todo.groupby("task_id", sort=True)]
-    bar = tqdm(total=len(todo), desc="collect static", unit="record")
+    bar = progress(total=len(todo), desc="collect static", unit="record")
     with ws.sink(shard) as write:
         for results in executor.map(static_job, jobs, root=ws.root, failed=failed_static):
             for rows in results:
@@ -167,7 +167,7 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
     if batches:
         batches[0]["errors"] = errors
     counts: dict = {profiler.name: 0, f"{profiler.name}_errors": 0}  # also when nothing was left to do
-    bar = tqdm(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
+    bar = progress(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
     try:
         with ws.sink(shard, device) as write:
             for results in executor.map(profile_job, batches, root=ws.root, failed=failed_profile, device=True):

@@ -16,10 +16,10 @@ import json
 import logging
 import time
 
-from tqdm import tqdm
 
 from pipeline.core import database as D
 from pipeline.core import executor as E
+from pipeline.core.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.targets import target_dict
 from pipeline.core.workspace import Workspace
@@ -74,7 +74,7 @@ def run(cfg) -> dict:
 
         with E.create(cfg) as executor:
             log.info("building %d kernels on %s (%d already built)", len(jobs), executor.describe(), skipped)
-            bar = tqdm(total=len(jobs), desc="replay", unit="kernel")
+            bar = progress(total=len(jobs), desc="replay", unit="kernel")
             try:
                 with ws.writer("kernels", shard, flush_rows=int(cfg.replay.flush_rows),
                                flush_s=FLUSH_SECONDS) as out:

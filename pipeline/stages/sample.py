@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 
 import pandas as pd
-from tqdm import tqdm
 
 from pipeline.core import database as D
 from pipeline.core import executor as E
+from pipeline.core.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.targets import make_target, target_dict
 from pipeline.core.tvm_compat import preload_tensor_intrin
@@ -138,7 +138,7 @@ def run(cfg) -> dict:
     with E.create(cfg) as executor:
         if jobs:
             log.info("sampling %d task(s) x strategy on %s", len(jobs), executor.describe())
-        bar = tqdm(total=len(jobs), desc="sample", unit="task")
+        bar = progress(total=len(jobs), desc="sample", unit="task")
         for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample):
             for res in results:
                 job = by_pair[(res["task_id"], res["strategy"])]

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import logging
 
-from tqdm import tqdm
 
 from pipeline.core import schema as S
 from pipeline.core import database as D
 from pipeline.tenset import replay as RP
+from pipeline.core.progress import progress
 from pipeline.core.workspace import Workspace, read_table, write_json, write_part
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def add_records(cfg, max_per_task: int | None = None) -> dict:
     out_file = D.shard_record_file(ws, int(cfg.shard.index), int(cfg.shard.count))
     usable = set(D.usable_tasks(tasks, workloads, "sample")["task_id"])
     rows, lines, added, failed = [], [], 0, 0
-    for rec in tqdm(list(recs.itertuples()), desc="tenset", unit="record"):
+    for rec in progress(list(recs.itertuples()), desc="tenset", unit="record"):
         if rec.record_id in index or rec.task_id not in usable:
             continue
         wi = int(by_task.loc[rec.task_id, "workload_index"])
