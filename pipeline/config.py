@@ -144,6 +144,7 @@ RULES: dict[str, Rule] = {
     "budget.candidates_per_task": integer(1),
     "sample.strategies": Rule("names", choices="pipeline.stages.sample.STRATEGIES"),
     "replay.flush_rows": integer(1),
+    "replay.flush_s": POSITIVE,
     "replay.timeout_s": POSITIVE,
     "measure.mode": Rule("name", choices="pipeline.runner.modes.MODES"),
     "measure.bundle_runtime": SWITCH,

@@ -97,15 +97,15 @@ def test_bad_settings_are_refused_before_force_touches_the_workspace(measured_wo
 def test_ctrl_c_during_replay_keeps_finished_rows_and_the_rerun_builds_the_rest(measured_workspace, tmp_path):
     root, overrides = measured_workspace
     ws, over = copy_workspace(root, overrides, tmp_path / "data", "kernels", "lib", "measurements", "runner")
-    # rows are written every 100 kernels or 10 s: the ones finished when Ctrl-C comes are still buffered
-    args = [*over, "stage=replay", "jobs=2", "replay.flush_rows=100"]
+    # rows are written every 100 kernels or hour: the ones finished when Ctrl-C comes are still buffered
+    args = [*over, "stage=replay", "jobs=2", "replay.flush_rows=100", "replay.flush_s=3600"]
     proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True)
     try:
         deadline = time.time() + 300
         while len(list((ws / "lib").glob("*.so"))) < 2:
             assert time.time() < deadline and proc.poll() is None, "replay built nothing"
             time.sleep(0.05)
-        time.sleep(1.2)  # the driver has taken the finished builds' rows
+        time.sleep(3.0)  # the driver has taken the finished builds' rows (it looks every second)
         on_disk = read_table(ws / "kernels", S.KERNELS) if (ws / "kernels").exists() else []
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the process group
         out, err = proc.communicate(timeout=120)

@@ -26,8 +26,6 @@ from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-# Seconds between part files at most (with replay.flush_rows, bounds what a kill can lose).
-FLUSH_SECONDS = 10.0
 
 
 def build_jobs(ws: Workspace, candidates, target: dict) -> list[dict]:
@@ -77,7 +75,7 @@ def run(cfg) -> dict:
             bar = progress(total=len(jobs), desc="replay", unit="kernel")
             try:
                 with ws.writer("kernels", shard, flush_rows=int(cfg.replay.flush_rows),
-                               flush_s=FLUSH_SECONDS) as out:
+                               flush_s=float(cfg.replay.flush_s)) as out:
                     for rows in executor.map(build_record, jobs, root=ws.root, failed=failed_build,
                                              timeout_s=float(cfg.replay.timeout_s)):
                         out.add(rows)
