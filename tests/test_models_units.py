@@ -175,26 +175,33 @@ def test_by_network_shared_task_is_held_out_and_counts_in_both_networks():
 # ---------------------------------------------------------------------------- models on a small table
 
 
-def _table(seed=0, n_tasks=4, per_task=24, d=6) -> TrainingTable:
-    """Records whose latency depends on their stores' first feature, so models can learn."""
+def _random_stores(seed: int, n_tasks: int, per_task: int, d: int, max_stores: int):
+    """(task, record, store features) of random records with 1..max_stores stores each."""
     rng = np.random.default_rng(seed)
-    rows, stores, counts = [], [], []
     for t in range(n_tasks):
         for i in range(per_task):
-            k = int(rng.integers(1, 4))
-            s = rng.normal(size=(k, d)).astype(np.float32)
-            stores.append(s)
-            counts.append(k)
-            lat = float(np.exp(0.5 * s[:, 0].sum() + 0.05 * rng.normal()))
-            rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1, mean_s=lat,
-                             **{f"static.f{j}": float(s[:, j].sum()) for j in range(d)},
-                             **{"profiler.c": lat * 1e3}))
+            yield rng, t, i, rng.normal(size=(int(rng.integers(1, max_stores + 1)), d)).astype(np.float32)
+
+
+def _training_table(df: pd.DataFrame, stores: list, spec: FeatureSpec, sets: dict) -> TrainingTable:
+    offsets = np.concatenate([[0], np.cumsum([len(s) for s in stores])]).astype(np.int64)
+    return TrainingTable("ws", df, spec, sets, np.concatenate(stores), offsets)
+
+
+def _table(seed=0, n_tasks=4, per_task=24, d=6) -> TrainingTable:
+    """Records whose latency depends on their stores' first feature, so models can learn."""
+    rows, stores = [], []
+    for rng, t, i, s in _random_stores(seed, n_tasks, per_task, d, 3):
+        stores.append(s)
+        lat = float(np.exp(0.5 * s[:, 0].sum() + 0.05 * rng.normal()))
+        rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1, mean_s=lat,
+                         **{f"static.f{j}": float(s[:, j].sum()) for j in range(d)},
+                         **{"profiler.c": lat * 1e3}))
     df = pd.DataFrame(rows)
     df["label"] = df.groupby("task_id")["mean_s"].transform("min") / df["mean_s"]
     cols = [c for c in df.columns if c.startswith(("static.", "profiler."))]
     spec = FeatureSpec("all", cols, [f"s{j}" for j in range(d)])
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return TrainingTable("ws", df, spec, {"static": cols[:d], "profiler": cols[d:]}, np.concatenate(stores), offsets)
+    return _training_table(df, stores, spec, {"static": cols[:d], "profiler": cols[d:]})
 
 
 def test_gather_segments_and_take():
@@ -256,21 +263,14 @@ def test_models_learn_and_roundtrip(name, tmp_path):
 
 def _additive_table(seed=0, n_tasks=6, per_task=40, d=5) -> TrainingTable:
     """Records whose label is a sum of per-store terms (what a pack-sum model assumes)."""
-    rng = np.random.default_rng(seed)
-    rows, stores, counts = [], [], []
-    for t in range(n_tasks):
-        for i in range(per_task):
-            k = int(rng.integers(1, 5))
-            s = rng.normal(size=(k, d)).astype(np.float32)
-            stores.append(s)
-            counts.append(k)
-            rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1,
-                             label=float(np.sum(np.where(s[:, 0] > 0, 0.3, 0.05) + 0.1 * np.tanh(s[:, 1])))))
+    rows, stores = [], []
+    for _, t, i, s in _random_stores(seed, n_tasks, per_task, d, 4):
+        stores.append(s)
+        rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1,
+                         label=float(np.sum(np.where(s[:, 0] > 0, 0.3, 0.05) + 0.1 * np.tanh(s[:, 1])))))
     df = pd.DataFrame(rows)
     df["mean_s"] = 1.0 / df["label"].clip(lower=1e-3)
-    spec = FeatureSpec("static", [], [f"s{j}" for j in range(d)])
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    return TrainingTable("ws", df, spec, {"static": []}, np.concatenate(stores), offsets)
+    return _training_table(df, stores, FeatureSpec("static", [], [f"s{j}" for j in range(d)]), {"static": []})
 
 
 @pytest.mark.parametrize("name", ["lgbm_ps", "xgb_ps", "lgbm_ps_rank"])
