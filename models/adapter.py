@@ -55,6 +55,7 @@ from models import pyfunc, registry
 from models.base import CostModel, FeatureSpec
 from models.tables import TrainingTable, build_table
 from pipeline.core import schema as S
+from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,9 @@ class PipelineCostModel(PyCostModel):
                  train_data: str | Path | None = None, exclude_tasks=(), threads: int = 0, source: str = "",
                  info: dict | None = None):
         super().__init__()
+        # The TuneContext that will call this model imports MetaSchedule's tensor intrinsics:
+        # done here the fast way (seconds; minutes in inspect.stack() with many modules loaded).
+        preload_tensor_intrin()
         if update_mode not in ("auto", "union", "continue"):
             raise ValueError(f"update_mode={update_mode!r}; valid: auto, union, continue")
         if int(update_every) < 1:

@@ -34,10 +34,8 @@ def _task_candidates(root, row: int = 0):
     from models.tables import successful_measurements
     from pipeline.core import database as D
     from pipeline.core.targets import make_target
-    from pipeline.core.tvm_compat import preload_tensor_intrin
     from pipeline.core.workspace import Workspace, read_table
 
-    preload_tensor_intrin()  # what TuneContext imports, the fast way (seconds, not minutes)
     ws = Workspace(root)
     task = read_table(ws.tasks, S.TASKS).iloc[row]
     mod = D.load_workload_mod(D.read_workload_lines(ws)[int(task.workload_index)])
