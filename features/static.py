@@ -21,7 +21,6 @@ from pipeline.core import schema as S
 from pipeline.core.database import load_workload_mod
 from pipeline.core.harness import short_error
 from pipeline.core.targets import make_target
-from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 
 N_FEATURES = len(S.PER_STORE_FEATURE_NAMES)
@@ -166,9 +165,3 @@ def load(ws: Workspace) -> tuple[pd.DataFrame, pd.DataFrame]:
     program = program[program["error"].isna()].drop(columns=["error"]).drop_duplicates("record_id", keep="last")
     stores = stores.drop_duplicates(["record_id", "store_index"], keep="last")
     return program.reset_index(drop=True), stores.sort_values(["record_id", "store_index"]).reset_index(drop=True)
-
-
-def preload_tensor_intrinsics() -> None:
-    """Import MetaSchedule's tensor intrinsics once per process, fast (the first TuneContext
-    otherwise spends minutes in `inspect.stack()`; see pipeline/core/tvm_compat.py)."""
-    preload_tensor_intrin()

@@ -24,12 +24,12 @@ import xgboost as xgb
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 
-from features.static import preload_tensor_intrinsics
 from models.base import CostModel, FeatureSpec
 from pipeline.core import database as D
 from pipeline.core import schema as S
 from pipeline.core.progress import progress
 from pipeline.core.targets import make_target
+from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace, read_table
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class MSXGBModel(CostModel):
         self._workloads = D.read_workload_lines(self.ws)
 
     def _context_and_candidates(self, task_id: str, record_ids: list[str]):
-        preload_tensor_intrinsics()  # what TuneContext imports, the fast way (seconds, not minutes)
+        preload_tensor_intrin()  # what TuneContext imports, the fast way (seconds, not minutes)
         task = self._tasks.loc[task_id]
         workload = ms.database.Workload.from_json(self._workloads[int(task["workload_index"])])
         target = make_target(json.loads(task["target"]))

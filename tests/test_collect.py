@@ -11,6 +11,7 @@ import pytest
 
 from features import cpu_counters, cuda_resources, static
 from pipeline.core import schema as S
+from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace, read_table
 
@@ -20,7 +21,7 @@ FAST = ["collect.perf.min_time_s=0.01", "collect.perf.max_calls=50", "collect.pr
 
 @pytest.fixture(scope="session", autouse=True)
 def _fast_tensor_intrin():
-    static.preload_tensor_intrinsics()
+    preload_tensor_intrin()
 
 
 def test_per_store_feature_names_match_metaschedule():

@@ -45,6 +45,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.progress import progress
 from pipeline.core.registry import choose
 from pipeline.core.sharding import Shard
+from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 from pipeline.runner import bundle, modes, wheels
 from pipeline.runner.jobs import kernel_jobs
@@ -61,7 +62,7 @@ def static_job(job: dict, root: str) -> dict[str, list[dict]]:
             nvcc = cuda_resources.find_nvcc(job["nvcc"])
         except cuda_resources.NvccMissing as e:
             nvcc_error = str(e)
-    static.preload_tensor_intrinsics()
+    preload_tensor_intrin()
     return static.task_rows(job["workload"], job["target"], job["records"], cuda=job["cuda"], nvcc=nvcc,
                             nvcc_error=nvcc_error)
 
