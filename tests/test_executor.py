@@ -63,3 +63,10 @@ def test_a_shipped_job_gets_its_files_and_brings_back_what_it_wrote():
     assert (status, result, back) == ("done", 6, {"lib/out.txt": b"KERNEL"})
     status, reason, back = run_shipped(lambda job, root: time.sleep(30), job, {}, 1.0)
     assert (status, reason, back) == ("failed", "timeout: not finished within 1 s", {})
+    status, reason, back = run_shipped(lambda job, root: os._exit(3), job, {}, 5.0)
+    assert (status, reason, back) == ("failed", "worker process crashed (exit code 3)", {})
+    status, reason, back = run_shipped(lambda job, root: 1 / 0, job, {}, 5.0)
+    assert (status, back) == ("failed", {}) and reason.startswith("ZeroDivisionError")
+    # a timed job's child wrote its files into the job's folder: they come back as without a limit
+    status, result, back = run_shipped(work, job, {"lib/in.txt": b"kernel"}, 5.0)
+    assert (status, result, back) == ("done", 6, {"lib/out.txt": b"KERNEL"})

@@ -17,22 +17,27 @@ A job's `reads` (paths relative to the workspace) are the files `fn` opens and i
 first to them and brings the second back, and writes them before it hands over the
 result, so a row never names a file that is not there.
 
-`local` (this module) runs cpu jobs on a pool of long-lived worker processes (TVM's
-PopenPoolExecutor, as MetaSchedule's LocalBuilder; a job past `timeout_s` or whose worker
-dies becomes the caller's error result) and device jobs one after another in this
-process. `ray` (pipeline/core/ray_executor.py) runs both on a Ray cluster.
+`local` (this module) runs cpu jobs on long-lived worker processes forked from this one
+(`ForkedWorker`: they start with what this process has imported, TVM included; a job past
+`timeout_s` or whose worker dies becomes the caller's error result) and device jobs one
+after another in this process. `ray` (pipeline/core/ray_executor.py) runs both on a Ray
+cluster, with the same workers forked from each Ray worker.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
+import multiprocessing
 import os
+import queue
+import signal
+import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-import psutil
+import cloudpickle
 from hydra.utils import instantiate
 
 from pipeline.core.harness import die_with_parent
@@ -75,66 +80,158 @@ class Executor:
         self.close()
 
 
+def _serve_forked(conn, parent: int) -> None:
+    """The forked child's loop: (fn, job, root) in, (ok, result or reason) out, until the pipe closes."""
+    die_with_parent(parent)
+    # Ctrl-C reaches the whole process group: the driver stops this child (close()), and a
+    # KeyboardInterrupt here would only print a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            fn, job, root = cloudpickle.loads(conn.recv_bytes())
+        except EOFError:
+            return
+        try:
+            conn.send((True, fn(job, root)))
+        except Exception as e:  # noqa: BLE001 - sent back as the job's failure
+            conn.send((False, f"{type(e).__name__}: {str(e).strip()[-300:]}"))
+
+
+_FORKING = threading.Lock()
+
+
+class ForkedWorker:
+    """Runs jobs one at a time in a child forked from this process: a child past a job's
+    time limit is killed, one that dies is reported, and the next job forks a new one.
+
+    Why fork: the process that hands out the jobs (the driver, or a Ray worker receiving
+    one) has imported the job function's module, TVM with it, so a forked child starts at
+    once with all of it loaded, where a fresh process (TVM's PopenPoolExecutor) imports TVM
+    again: seconds per worker and per stage. Why one child for many jobs: what the first
+    build loads lazily (TVM's passes, LLVM's targets) stays loaded for the next; it is
+    replaced after `recycle_after` jobs (the memory growth of long-lived TVM processes)."""
+
+    def __init__(self, recycle_after: int = RECYCLE_AFTER):
+        self.recycle_after = int(recycle_after)
+        self.child = None
+        self.conn = None
+        self.served = 0
+
+    def kill(self) -> None:
+        """Kill the child (from another thread too): the job it runs becomes a crash result."""
+        child = self.child
+        if child is not None and child.is_alive():
+            child.kill()
+
+    def stop(self) -> None:
+        if self.child is not None:
+            self.conn.close()
+            if self.child.is_alive():
+                self.child.kill()
+            self.child.join()
+        self.child = self.conn = None
+
+    def run(self, fn: WorkFn, job: Job, root: str, timeout_s: float | None) -> tuple[bool, Any]:
+        """(True, fn(job, root)), or (False, why there is no result)."""
+        if self.child is None or not self.child.is_alive() or self.served >= self.recycle_after:
+            self.stop()
+            ctx = multiprocessing.get_context("fork")
+            # One fork at a time: a child forked while another worker's end of its pipe is
+            # open here would hold that end, and that worker's crash would never be seen.
+            with _FORKING:
+                self.conn, theirs = ctx.Pipe()
+                for stream in (sys.stdout, sys.stderr):  # or the child's exit writes their buffers again
+                    stream.flush()
+                self.child = ctx.Process(target=_serve_forked, args=(theirs, os.getpid()), daemon=True)
+                self.child.start()
+                theirs.close()
+            self.served = 0
+        self.served += 1
+        try:
+            self.conn.send_bytes(cloudpickle.dumps((fn, job, root)))
+            if not self.conn.poll(timeout_s):
+                self.stop()
+                return False, f"timeout: not finished within {timeout_s:g} s"
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self.child.join(5)
+            code = self.child.exitcode
+            self.stop()
+            return False, f"worker process crashed (exit code {code})"
+
+
+# The forked worker of this process (a Ray worker runs one job at a time).
+FORKED = ForkedWorker()
+
+
 class LocalExecutor(Executor):
-    """Process pools on this machine: `workers` processes for cpu jobs (0 = all cores);
-    device jobs one at a time in this process."""
+    """`workers` processes on this machine for cpu jobs (0 = all cores), each forked from
+    this process (`ForkedWorker`) and fed by a thread of its own; device jobs one at a time
+    in this process."""
 
     def __init__(self, workers: int = 0, gpu: bool = False, recycle_after: int = RECYCLE_AFTER):
         self.workers = int(workers) or os.cpu_count() or 1
         self.recycle_after = int(recycle_after)
-        self.pools: dict[float | None, Any] = {}
-        # pool futures of the jobs in flight (map's caller stopped early when close finds some)
+        self.threads: cf.ThreadPoolExecutor | None = None
+        self.idle: queue.SimpleQueue = queue.SimpleQueue()
+        self.forked: list[ForkedWorker] = []
+        # futures of the jobs in flight (map's caller stopped early when close finds some)
         self.running: dict[cf.Future, Job] = {}
 
     def describe(self, device: bool = False) -> str:
         return "this machine, one at a time" if device else f"{self.workers} local worker processes"
 
-    def _pool(self, timeout_s: float | None):
-        if timeout_s not in self.pools:
-            # TVM takes seconds to import: loaded when there is work for a pool.
-            from tvm.support.popen_pool import PopenPoolExecutor
+    def _submit(self, fn: WorkFn, job: Job, root: str, timeout_s: float | None) -> cf.Future:
+        if self.threads is None:
+            self.threads = cf.ThreadPoolExecutor(self.workers, thread_name_prefix="local-job")
+            self.forked = [ForkedWorker(self.recycle_after) for _ in range(self.workers)]
+            for worker in self.forked:
+                self.idle.put(worker)
+        return self.threads.submit(self._run, fn, job, root, timeout_s)
 
-            # Workers die with this process, however it ends (SIGKILL included).
-            self.pools[timeout_s] = PopenPoolExecutor(max_workers=self.workers, timeout=timeout_s,
-                                                      maximum_process_uses=self.recycle_after,
-                                                      initializer=die_with_parent, initargs=(os.getpid(),))
-        return self.pools[timeout_s]
+    def _run(self, fn: WorkFn, job: Job, root: str, timeout_s: float | None) -> tuple[bool, Any]:
+        worker = self.idle.get()
+        try:
+            return worker.run(fn, job, root, timeout_s)
+        except Exception as e:  # noqa: BLE001 - e.g. a job that cannot be pickled: its error result
+            return False, f"{type(e).__name__}: {str(e).strip()[-300:]}"
+        finally:
+            self.idle.put(worker)
 
     def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None):
         if device:
             for job in jobs:
                 yield [call_safely(fn, job, str(root), failed)]
             return
-        pool, queue, running = self._pool(timeout_s), list(reversed(jobs)), self.running
-        while queue or running:
+        todo, running = list(reversed(jobs)), self.running
+        while todo or running:
             # At most one job per worker in flight: close() then stops promptly.
-            while queue and len(running) < self.workers:
-                job = queue.pop()
-                running[pool.submit(fn, job, str(root))] = job
+            while todo and len(running) < self.workers:
+                job = todo.pop()
+                running[self._submit(fn, job, str(root), timeout_s)] = job
             finished, _ = cf.wait(list(running), timeout=POLL_S, return_when=cf.FIRST_COMPLETED)
             out = []
             for fut in finished:
                 job = running.pop(fut)
-                ok, value = outcome(fut, timeout_s)
+                ok, value = fut.result()
                 out.append(value if ok else failed(job, value))
             yield out
 
     def close(self) -> None:
         if self.running:
-            # Stopped with jobs in flight (Ctrl-C, an error of the caller). TVM's shutdown kills
-            # each worker while the pool thread waiting on that worker kills it too once its
-            # pipe closes (or once Ctrl-C has ended it): the two race, one raises, the pool's
-            # lock stays held and the process hangs at exit. So the workers go first, each
-            # thread reaps its own, and the shutdown finds them idle.
-            for child in psutil.Process().children():
-                with contextlib.suppress(psutil.Error):
-                    if "tvm.exec.popen_worker" in child.cmdline():
-                        child.kill()
+            # Stopped with jobs in flight (Ctrl-C, an error of the caller): the children go, and
+            # each thread returns the crash result of its job.
+            for worker in self.forked:
+                worker.kill()
             cf.wait(list(self.running), timeout=30)
             self.running.clear()
-        for pool in self.pools.values():
-            pool.shutdown()
-        self.pools.clear()
+        if self.threads is not None:
+            self.threads.shutdown()
+            self.threads = None
+        for worker in self.forked:
+            worker.stop()
+        self.forked = []
+        self.idle = queue.SimpleQueue()
 
 
 def call_safely(fn: WorkFn, job: Job, root: str, failed: FailFn):
@@ -142,18 +239,6 @@ def call_safely(fn: WorkFn, job: Job, root: str, failed: FailFn):
         return fn(job, root)
     except Exception as e:  # noqa: BLE001 - a job that raises is the caller's error result
         return failed(job, f"{type(e).__name__}: {str(e).strip()[-300:]}")
-
-
-def outcome(fut: cf.Future, timeout_s: float | None) -> tuple[bool, Any]:
-    """(True, result) of a pool job, or (False, why it has none)."""
-    try:
-        return True, fut.result()
-    except TimeoutError:
-        return False, f"timeout: not finished within {timeout_s:g} s"
-    except ChildProcessError as e:
-        return False, f"worker process crashed ({e})"
-    except Exception as e:  # noqa: BLE001 - e.g. an exception raised by fn, or a job that could not be unpickled
-        return False, f"{type(e).__name__}: {str(e).strip()[-300:]}"
 
 
 # ----------------------------------------------------------------------------- shipping jobs
@@ -175,25 +260,9 @@ def put_files(root: Path | str, files: dict[str, bytes]) -> None:
         atomic_write_bytes(Path(root) / rel, data)
 
 
-_TIMED_POOLS: dict[float, Any] = {}
-
-
-def timed_pool(timeout_s: float):
-    """A one-worker pool of this process that runs a job with a time limit (kept for the
-    process's next jobs, as a Ray worker runs many)."""
-    if timeout_s not in _TIMED_POOLS:
-        from tvm.support.popen_pool import PopenPoolExecutor  # seconds to import: only on a worker
-
-        # The child dies with this process (a Ray worker killed with its node takes its build along).
-        _TIMED_POOLS[timeout_s] = PopenPoolExecutor(max_workers=1, timeout=timeout_s,
-                                                    maximum_process_uses=RECYCLE_AFTER,
-                                                    initializer=die_with_parent, initargs=(os.getpid(),))
-    return _TIMED_POOLS[timeout_s]
-
-
 def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float | None) -> tuple:
     """One job on a machine without the workspace: its `reads` written into a fresh folder,
-    `fn` run there (in a child process when it has a time limit, so that a build past the
+    `fn` run there (in a forked child when it has a time limit, so that a build past the
     limit is killed and this process lives on), and its `writes` read back.
 
     Returns ("done", result, {path: bytes}) or ("failed", reason, {})."""
@@ -207,7 +276,7 @@ def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float 
             except Exception as e:  # noqa: BLE001 - reported as the job's failure
                 return "failed", f"{type(e).__name__}: {str(e).strip()[-300:]}", {}
         else:
-            ok, result = outcome(timed_pool(timeout_s).submit(fn, job, tmp), timeout_s)
+            ok, result = FORKED.run(fn, job, tmp, timeout_s)
             if not ok:
                 return "failed", result, {}
         back = {rel: (Path(tmp) / rel).read_bytes() for rel in job.get("writes", ()) if (Path(tmp) / rel).is_file()}

@@ -7,9 +7,9 @@ bytes of the files it wrote, which the driver writes into the workspace before i
 the result to the stage. A cpu job asks for one CPU; a device job (timing, profiling)
 asks for `num_gpus=1` on CUDA targets, or for one unit of a per-node custom resource on
 CPU targets (`measure_resource`, declared with `ray start --resources='{"measure": 1}'`),
-so that no two timings share a machine. A job with a time limit runs in a child process
-of its Ray worker (TVM's PopenPoolExecutor, as locally), so a pathological build is
-killed and becomes an error result.
+so that no two timings share a machine. A job with a time limit runs in a child forked
+from its Ray worker (`executor.ForkedWorker`: the worker has TVM loaded already, so the
+child starts at once), so a pathological build is killed and becomes an error result.
 
 A node that is lost takes its jobs with it: Ray runs them again elsewhere
 (`max_retries`), and a job whose result is still lost after that is queued again by the
