@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import shutil
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,17 @@ from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner import bundle, wheels
 
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def gpu_host_python() -> tuple[str, str]:
+    """(interpreter, "X.Y") for the rehearsal: Python 3.12, the GPU host's, where this machine
+    has one (pyenv's or on PATH; a pyenv shim of a version that is not selected does not
+    run), else this interpreter (the same mechanics)."""
+    for exe in [*sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12")), shutil.which("python3.12")]:
+        if exe and subprocess.run([str(exe), "-c", "import sys; assert sys.version_info[:2] == (3, 12)"],
+                                  capture_output=True).returncode == 0:
+            return str(exe), "3.12"
+    return sys.executable, HERE_PYTHON
 
 
 def test_jobs_split_by_size_and_count(tmp_path):
@@ -45,15 +58,17 @@ def test_results_that_are_not_there_are_named(tmp_path):
 
 
 def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace, tmp_path):
-    """Export (ncu profiler, llvm kernels, wheels for this Python), run the part with a fresh
-    venv holding only NumPy and no ncu, import measurements (and no ncu rows) back."""
+    """Export (ncu profiler, llvm kernels, wheels for the host's Python: 3.12 where this
+    machine has it), run the part with a fresh venv of that Python holding only NumPy and no
+    ncu, import measurements (and no ncu rows) back."""
     from conftest import copy_workspace
 
+    host_python, version = gpu_host_python()
     root, over = copy_workspace(*measured_workspace, tmp_path / "data", "measurements", "runner", "features")
-    over += ["collect=ncu", "collect.static=false", f"bundle.python={HERE_PYTHON}",
+    over += ["collect=ncu", "collect.static=false", f"bundle.python={version}",
              f"paths.ncu_profiles={tmp_path / 'ncu'}"]
     try:
-        numpy = wheels.fetch(["numpy"], HERE_PYTHON, "manylinux2014_x86_64")
+        numpy = wheels.fetch(["numpy"], version, "manylinux2014_x86_64")
         out = run_stage("collect", [*over, "collect.mode=export"])
     except PipelineError as e:
         if "could not download" in str(e):
@@ -74,8 +89,10 @@ def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace
     assert spec["ncu"]["args"][:4] == ["--export", "{report}.ncu-rep", "--force-overwrite", "--nvtx"]
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([host_python, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
+    assert subprocess.run([py, "-c", "import sys; print(sys.version)"], capture_output=True, text=True,
+                          check=True).stdout.startswith(version)
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--disable-pip-version-check", *numpy],
                    check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
