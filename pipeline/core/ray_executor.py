@@ -98,7 +98,7 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str | None = None, measure_resource: str = "measure", max_retries: int = 3,
                  num_cpus: int | None = None, runtime_env: dict | None = None, connect_timeout_s: float = 5.0,
-                 in_flight_per_slot: int = 2, gpu: bool = False):
+                 in_flight_per_slot: int = 1, gpu: bool = False):
         self.address = None if address is None else str(address)
         self.measure_resource = str(measure_resource)
         self.max_retries = int(max_retries)
