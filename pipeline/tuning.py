@@ -5,12 +5,16 @@ tuned jointly as the network calls them (MetaSchedule's task scheduler, weights 
 then the whole network compiled with the tuning database and timed end to end. `compare`
 tunes each with every cost model and seed, on one shared builder (`PersistentBuilder`,
 pipeline/core/builder.py) and runner, and returns the trial, run and end-to-end tables
-(models/tuning_report.py turns them into the report).
+(models/tuning_report.py turns them into the report). Each finished run is kept in its
+work folder (`result.json`): a comparison cut short (hours of tuning) is run again with the
+same command and only its missing runs are tuned.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -265,6 +269,18 @@ class Comparison:
     runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, refits, error
     end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials, ...
     dropped: dict  # cost model -> the error that dropped it
+    new_trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # the trials tuned now (not reused)
+    reused: int = 0  # runs taken from an earlier, interrupted invocation
+
+
+def _plain(obj):
+    return obj.item() if hasattr(obj, "item") else str(obj)
+
+
+def _save_run(path: Path, row: dict, trials: list[dict], end_to_end: dict | None) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"row": row, "trials": trials, "end_to_end": end_to_end}, default=_plain))
+    tmp.replace(path)
 
 
 def _error_text(e: BaseException) -> str:
@@ -273,28 +289,49 @@ def _error_text(e: BaseException) -> str:
 
 
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
-            setup: Setup, *, drop_on_failure: tuple[str, ...] = ()) -> Comparison:
+            setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True) -> Comparison:
     """Tune every item (TirTask or Network) with every cost model kind and seed.
 
     A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
-    its first failure."""
-    trials, runs, e2e, dropped = [], [], [], {}
+    its first failure. A run whose `result.json` is in its work folder under `setup.work`
+    (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
+    without one starts from an empty folder (a run cut short leaves a partial database that
+    would seed its search)."""
+    trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
     jobs = [(item, seed, kind) for item in items for seed in seeds for kind in kinds]
     for item, seed, kind in progress(jobs, desc="tune", unit="run"):
         if kind in dropped:
             continue
+        work_dir = setup.work / item.name / f"{kind}-s{seed}"
+        saved = work_dir / "result.json"
+        if reuse and saved.is_file():
+            done = json.loads(saved.read_text())
+            log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
+            runs.append(done["row"])
+            trials += done["trials"]
+            if done["end_to_end"] is not None:
+                e2e.append(done["end_to_end"])
+            reused += 1
+            continue
+        shutil.rmtree(work_dir, ignore_errors=True)
         log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
         row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
                "error": None}
         try:
             np.random.seed(seed)  # XGBModel's warm-up predictions draw from numpy's global generator
             cost_model = make_cost_model(kind, seed)
-            result = item.tune(cost_model, seed, setup, str(setup.work / item.name / f"{kind}-s{seed}"))
+            result = item.tune(cost_model, seed, setup, str(work_dir))
             row["wall_s"] = result.wall_s
             row["refits"] = getattr(cost_model, "n_refits", None)  # online refits (PipelineCostModel keeps a count)
-            trials += [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
+            run_trials = [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
+            trials += run_trials
+            new_trials += run_trials
+            net = None
             if result.end_to_end is not None:
-                e2e.append({"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end})
+                net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
+                e2e.append(net)
+            work_dir.mkdir(parents=True, exist_ok=True)
+            _save_run(saved, row, run_trials, net)
         except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
             row["error"] = _error_text(e)
             log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
@@ -302,4 +339,5 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 dropped[kind] = row["error"]
                 log.warning("cost model %s dropped for the rest of this run: %s", kind, row["error"])
         runs.append(row)
-    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped)
+    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, pd.DataFrame(new_trials),
+                      reused)

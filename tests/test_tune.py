@@ -82,6 +82,13 @@ def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     curve = client.get_metric_history(ours["run_id"], "best_latency_us")
     assert [m.step for m in curve] == [8] and curve[-1].value == pytest.approx(
         summary.set_index("cost_model").loc["ours", "best_latency_us"])
+    # The same command after an interruption: the finished runs are reused, the missing one is tuned.
+    (next((root / "tune").glob("*/*/random-s0/result.json"))).unlink()
+    again = run_stage("tune", [*over, *TINY])
+    assert again["reused_runs"] == 2 and again["runs"] == 3 and again["trials"] == 24
+    trials = read_table(root / "tune_trials", S.TUNE_TRIALS)
+    assert trials.groupby("cost_model").size().to_dict() == {"ours": 8, "xgb": 8, "random": 16}
+    assert list(pd.read_csv(root / "reports" / "tune.csv")["cost_model"]) == ["ours", "xgb", "random"]
     # compare after tuning: training runs only, no blank row
     compared = run_stage("compare", over)
     table = pd.read_csv(compared["report"].replace(".md", ".csv"))
@@ -270,6 +277,22 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
     assert out.runs["error"].iloc[1] == "ValueError: to concatenate"
     assert out.dropped == {"mlp": "ValueError: to concatenate"} and len(out.trials) == 2
     assert out.end_to_end[["network", "cost_model", "seed"]].values.tolist() == [["net", "xgb", 0], ["net", "xgb", 1]]
+    # Run again (an interrupted comparison's command): finished runs are reused, failed ones run again.
+    calls = []
+
+    class Counted(Item):
+        def tune(self, cost_model, seed, setup, work_dir):
+            calls.append((cost_model, seed))
+            return super().tune(cost_model, seed, setup, work_dir)
+
+    again = compare([Counted()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",))
+    assert calls == [("mlp", 0)] and again.reused == 2 and len(again.new_trials) == 0
+    assert again.trials.equals(out.trials) and again.end_to_end.equals(out.end_to_end)
+    assert again.runs.loc[again.runs["cost_model"] == "xgb", "wall_s"].tolist() == [2.0, 2.0]
+    # reuse=False (force=true) tunes everything again
+    calls.clear()
+    compare([Counted()], ["xgb"], [0], lambda kind, seed: kind, setup, reuse=False)
+    assert calls == [("xgb", 0)]
 
 
 def test_heaviest_tasks_by_weight_times_flops():

@@ -9,13 +9,18 @@ pipeline/tuning.py's `compare`, the report models/tuning_report.py's `write`. Th
 says whether `ours` was trained on a tuned task (`tune.require_held_out=true` refuses such a
 model) and, when the budget is below XGBModel's warm-up, that it is not a comparison.
 
-Outputs: <workspace>/tune/<stamp>/ (MetaSchedule work dirs and databases),
+Outputs: <workspace>/tune/<settings>/ (MetaSchedule work dirs and databases, and each
+finished run's result.json: the same command after an interruption tunes only what is
+missing; force=true tunes everything again; <settings> is a digest of the tune options
+but seeds and cost models, the target and the loaded model),
 <workspace>/tune_trials/part-*.parquet (every trial), <workspace>/reports/tune*.{md,csv,png},
 and one MLflow run (tag stage=tune) in the workspace's experiment with the same files.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import time
@@ -67,13 +72,18 @@ def run(cfg) -> dict:
         log.warning("%s", caveat)
     threads = int(cfg.jobs) or os.cpu_count() or 1
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    settings = {k: v for k, v in OmegaConf.to_container(t, resolve=True).items() if k not in ("seeds", "cost_models")}
+    info = ours.info if ours is not None else {}
+    key = hashlib.sha1(json.dumps([settings, str(target), [x.name for x in tasks], str(ours_uri),
+                                   str(info.get("run_id")), str(info.get("version"))],
+                                  sort_keys=True, default=str).encode()).hexdigest()[:12]
     builder = PersistentBuilder(max_workers=threads, timeout_sec=float(t.builder_timeout_s))
     evaluator = {"number": int(t.runner.number), "repeat": int(t.runner.repeat),
                  "min_repeat_ms": int(t.runner.min_repeat_ms)}
     runner = ms.runner.LocalRunner(timeout_sec=float(t.runner.timeout_s), evaluator_config=ms.runner.EvaluatorConfig(
         **evaluator, enable_cpu_cache_flush=bool(t.runner.cpu_cache_flush)))
     setup = Setup(target, int(t.trials), int(t.per_iter), StrategyConfig(**OmegaConf.to_container(t.strategy, resolve=True)),
-                  builder, runner, threads, ws.root / "tune" / stamp, evaluator, str(t.task_scheduler))
+                  builder, runner, threads, ws.root / "tune" / key, evaluator, str(t.task_scheduler))
 
     def make_cost_model(kind: str, seed: int):
         return tuning_models.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=int(t.xgb_warmup))
@@ -82,7 +92,7 @@ def run(cfg) -> dict:
         lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
         log.info("warm-up (imports, build and run workers): %.1f s", warm_up(builder, runner, lightest.mod, target))
         result = compare(items, kinds, [int(s) for s in t.seeds], make_cost_model, setup,
-                         drop_on_failure=tuning_models.DROP_ON_FAILURE)
+                         drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force))
     finally:
         builder.close()
     end_to_end = result.end_to_end
@@ -92,7 +102,9 @@ def run(cfg) -> dict:
 
     trials = result.trials if len(result.trials) else pd.DataFrame(columns=TRIAL_COLUMNS)
     trials = trials.rename(columns={"index": "trial"}).assign(tune_run=stamp)
-    write_part(trials, S.TUNE_TRIALS, ws.root / "tune_trials")
+    if len(result.new_trials):  # reused runs' trials are in the table already
+        write_part(result.new_trials.rename(columns={"index": "trial"}).assign(tune_run=stamp), S.TUNE_TRIALS,
+                   ws.root / "tune_trials")
     network = items[0].name if isinstance(items[0], Network) else None
     kind = str(t.tasks)
     scope = f"{network}'s {len(tasks)} heaviest of {items[0].n_tasks} tasks" if network else kind
@@ -105,7 +117,6 @@ def run(cfg) -> dict:
         ours_uri=ours_uri, baseline=tuning_models.BASELINE, tolerance=float(t.reach_tolerance),
         caveat=caveat, notes=notes)
     print("\n" + report.text)
-    info = ours.info if ours is not None else {}
     run_id = tracking.log_tune_run(
         cfg, files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
         end_to_end=end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_models.BASELINE,
@@ -115,7 +126,8 @@ def run(cfg) -> dict:
               "comparison": "no: below xgb's warm-up" if caveat else "yes"})
     runs = result.runs
     out = {"tasks": len(tasks), "runs": len(runs), "failed_runs": int(runs["error"].notna().sum()) if len(runs) else 0,
-           "trials": int(len(trials)), "report": str(report.files["report_md"]), "mlflow_run": run_id}
+           "trials": int(len(trials)), "reused_runs": result.reused, "report": str(report.files["report_md"]),
+           "mlflow_run": run_id}
     summary = report.summary
     speedup = f"speedup_vs_{tuning_models.BASELINE}"
     if len(summary) and "ours" in set(summary["cost_model"]):
