@@ -31,6 +31,7 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from pipeline.core.builder import PersistentBuilder  # noqa: F401 - stage=tune builds with it
 from pipeline.core.progress import progress
 from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.core.workspace import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -273,14 +274,9 @@ class Comparison:
     reused: int = 0  # runs taken from an earlier, interrupted invocation
 
 
-def _plain(obj):
-    return obj.item() if hasattr(obj, "item") else str(obj)
-
-
 def _save_run(path: Path, row: dict, trials: list[dict], end_to_end: dict | None) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"row": row, "trials": trials, "end_to_end": end_to_end}, default=_plain))
-    tmp.replace(path)
+    data = {"row": row, "trials": trials, "end_to_end": end_to_end}
+    atomic_write_bytes(path, json.dumps(data, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
 
 
 def _error_text(e: BaseException) -> str:
@@ -289,14 +285,16 @@ def _error_text(e: BaseException) -> str:
 
 
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
-            setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True) -> Comparison:
+            setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
+            before_first: Callable[[], None] | None = None) -> Comparison:
     """Tune every item (TirTask or Network) with every cost model kind and seed.
 
     A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
     its first failure. A run whose `result.json` is in its work folder under `setup.work`
     (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
     without one starts from an empty folder (a run cut short leaves a partial database that
-    would seed its search)."""
+    would seed its search). `before_first()` runs once, before the first run that tunes (none
+    when every run is reused)."""
     trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
     jobs = [(item, seed, kind) for item in items for seed in seeds for kind in kinds]
     for item, seed, kind in progress(jobs, desc="tune", unit="run"):
@@ -314,6 +312,9 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             reused += 1
             continue
         shutil.rmtree(work_dir, ignore_errors=True)
+        if before_first is not None:
+            before_first()
+            before_first = None
         log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
         row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
                "error": None}
@@ -330,7 +331,6 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             if result.end_to_end is not None:
                 net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
                 e2e.append(net)
-            work_dir.mkdir(parents=True, exist_ok=True)
             _save_run(saved, row, run_trials, net)
         except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
             row["error"] = _error_text(e)

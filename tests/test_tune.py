@@ -285,8 +285,13 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
             calls.append((cost_model, seed))
             return super().tune(cost_model, seed, setup, work_dir)
 
-    again = compare([Counted()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",))
-    assert calls == [("mlp", 0)] and again.reused == 2 and len(again.new_trials) == 0
+    warmed = []
+    again = compare([Counted()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",),
+                    before_first=lambda: warmed.append(1))
+    assert calls == [("mlp", 0)] and again.reused == 2 and len(again.new_trials) == 0 and warmed == [1]
+    # nothing to tune: no warm-up either
+    compare([Counted()], ["xgb"], [0, 1], lambda kind, seed: kind, setup, before_first=lambda: warmed.append(2))
+    assert warmed == [1] and calls == [("mlp", 0)]
     assert again.trials.equals(out.trials) and again.end_to_end.equals(out.end_to_end)
     assert again.runs.loc[again.runs["cost_model"] == "xgb", "wall_s"].tolist() == [2.0, 2.0]
     # reuse=False (force=true) tunes everything again

@@ -80,6 +80,11 @@ class Executor:
         self.close()
 
 
+def job_error(e: BaseException) -> str:
+    """A job's exception as its error result's reason: the type and the end of the message."""
+    return f"{type(e).__name__}: {str(e).strip()[-300:]}"
+
+
 def _serve_forked(conn, parent: int) -> None:
     """The forked child's loop: (fn, job, root) in, (ok, result or reason) out, until the pipe closes."""
     die_with_parent(parent)
@@ -94,7 +99,7 @@ def _serve_forked(conn, parent: int) -> None:
         try:
             conn.send((True, fn(job, root)))
         except Exception as e:  # noqa: BLE001 - sent back as the job's failure
-            conn.send((False, f"{type(e).__name__}: {str(e).strip()[-300:]}"))
+            conn.send((False, job_error(e)))
 
 
 _FORKING = threading.Lock()
@@ -194,7 +199,7 @@ class LocalExecutor(Executor):
         try:
             return worker.run(fn, job, root, timeout_s)
         except Exception as e:  # noqa: BLE001 - e.g. a job that cannot be pickled: its error result
-            return False, f"{type(e).__name__}: {str(e).strip()[-300:]}"
+            return False, job_error(e)
         finally:
             self.idle.put(worker)
 
@@ -238,7 +243,7 @@ def call_safely(fn: WorkFn, job: Job, root: str, failed: FailFn):
     try:
         return fn(job, root)
     except Exception as e:  # noqa: BLE001 - a job that raises is the caller's error result
-        return failed(job, f"{type(e).__name__}: {str(e).strip()[-300:]}")
+        return failed(job, job_error(e))
 
 
 # ----------------------------------------------------------------------------- shipping jobs
@@ -274,7 +279,7 @@ def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float 
             try:
                 result = fn(job, tmp)
             except Exception as e:  # noqa: BLE001 - reported as the job's failure
-                return "failed", f"{type(e).__name__}: {str(e).strip()[-300:]}", {}
+                return "failed", job_error(e), {}
         else:
             ok, result = FORKED.run(fn, job, tmp, timeout_s)
             if not ok:

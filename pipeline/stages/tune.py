@@ -90,9 +90,12 @@ def run(cfg) -> dict:
 
     try:
         lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
-        log.info("warm-up (imports, build and run workers): %.1f s", warm_up(builder, runner, lightest.mod, target))
+
+        def warm() -> None:
+            log.info("warm-up (imports, build and run workers): %.1f s", warm_up(builder, runner, lightest.mod, target))
+
         result = compare(items, kinds, [int(s) for s in t.seeds], make_cost_model, setup,
-                         drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force))
+                         drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force), before_first=warm)
     finally:
         builder.close()
     end_to_end = result.end_to_end
@@ -100,11 +103,13 @@ def run(cfg) -> dict:
         if isinstance(item, Network) and len(end_to_end):
             end_to_end = pd.concat([end_to_end, pd.DataFrame([item.untuned(setup)])], ignore_index=True)
 
-    trials = result.trials if len(result.trials) else pd.DataFrame(columns=TRIAL_COLUMNS)
-    trials = trials.rename(columns={"index": "trial"}).assign(tune_run=stamp)
+    def stamped(df: pd.DataFrame) -> pd.DataFrame:
+        return (df if len(df) else pd.DataFrame(columns=TRIAL_COLUMNS)).rename(columns={"index": "trial"}).assign(
+            tune_run=stamp)
+
+    trials = stamped(result.trials)
     if len(result.new_trials):  # reused runs' trials are in the table already
-        write_part(result.new_trials.rename(columns={"index": "trial"}).assign(tune_run=stamp), S.TUNE_TRIALS,
-                   ws.root / "tune_trials")
+        write_part(stamped(result.new_trials), S.TUNE_TRIALS, ws.root / "tune_trials")
     network = items[0].name if isinstance(items[0], Network) else None
     kind = str(t.tasks)
     scope = f"{network}'s {len(tasks)} heaviest of {items[0].n_tasks} tasks" if network else kind
