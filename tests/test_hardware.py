@@ -25,8 +25,19 @@ def test_measurements_and_profiles_say_where_they_were_taken(measured_workspace,
     ok = meas[meas["error"].isna()]
     assert len(ok) and (ok["hardware"] == here["hardware"]).all() and (ok["cpu_model"] == here["cpu_model"]).all()
     assert (ok["cpu_count"] == os.cpu_count()).all() and ok["gpu_name"].isna().all() and ok["cache_flush"].all()
+    assert ok["load_avg"].notna().all() and (ok["load_avg"] >= 0).all()
     counters = Workspace(collected_workspace[0]).read("cpu_counters", "cpu")
     assert len(counters) and (counters["hardware"] == here["hardware"]).all()
+
+
+def test_a_kernel_timed_on_a_busy_host_is_told_apart():
+    assert harness.timed_busy({"load_avg": 5.2, "cpu_count": 2})
+    assert not harness.timed_busy({"load_avg": 1.9, "cpu_count": 2})
+    # rows from before the load was recorded, or from a host without a load average
+    assert not harness.timed_busy({"load_avg": None, "cpu_count": 2})
+    assert not harness.timed_busy({"load_avg": float("nan"), "cpu_count": 2})
+    assert not harness.timed_busy({"load_avg": 5.2, "cpu_count": None})
+    assert harness.load_average() is None or harness.load_average() >= 0
 
 
 def second_machine(ws: Workspace, hardware: str = OTHER, slower: float = 2.0) -> pd.DataFrame:
@@ -67,7 +78,7 @@ def test_rows_from_before_hardware_was_recorded_read_as_null(measured_workspace,
     counts as one machine; a new machine's rows beside it are refused."""
     root, over = copy_workspace(*measured_workspace, tmp_path, "runner", "measurements")
     ws = Workspace(root)
-    new = [f.name for f in S.HOST] + ["cache_flush"]
+    new = [f.name for f in S.HOST] + ["cache_flush", "load_avg"]
     old_schema = pa.schema([f for f in S.MEASUREMENTS if f.name not in new], metadata=S.MEASUREMENTS.metadata)
     rows = Workspace(measured_workspace[0]).read("measurements")
     write_part(rows.drop(columns=new), old_schema, ws.measurements)

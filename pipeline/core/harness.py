@@ -186,6 +186,21 @@ def device_identity(device: str, dev) -> dict:
     return host_identity(device, str(name) if name else None, str(driver) if driver else None)
 
 
+def load_average() -> float | None:
+    """The host's 1-minute load average (None where the OS has none): above the CPU count,
+    other processes shared the cores while a kernel was timed, and its run time is noisy."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def timed_busy(row: dict) -> bool:
+    """Whether a measurement row was timed while the load average exceeded its CPU count."""
+    load, cpus = row.get("load_avg"), row.get("cpu_count")
+    return load is not None and bool(cpus) and not math.isnan(load) and load > cpus
+
+
 # ----------------------------------------------------------------------------- inputs
 
 
@@ -359,7 +374,7 @@ class Timer:
         results = [float(x) for x in timer(*k.args).results]
         out.update(run_secs=results, mean_s=statistics.fmean(results), median_s=statistics.median(results),
                    std_s=statistics.pstdev(results) if len(results) > 1 else 0.0, min_s=min(results),
-                   repeats=len(results), number=self.number, cache_flush=flush)
+                   repeats=len(results), number=self.number, cache_flush=flush, load_avg=load_average())
         return out
 
 

@@ -100,6 +100,7 @@ MEASUREMENTS = _schema(
         pa.field("error", pa.string()),  # build/run/timeout/crash message, null on success
         *HOST,
         pa.field("cache_flush", pa.bool_()),  # CPU caches flushed before every repeat (measure.cache_flush)
+        pa.field("load_avg", pa.float64()),  # the host's 1-minute load average when the timing ended
     ],
 )
 

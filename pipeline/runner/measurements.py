@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 
-
 from pipeline.core import database as D
+from pipeline.core import harness
 from pipeline.core.executor import Executor
 from pipeline.core.progress import progress
 from pipeline.core.sharding import Shard
@@ -42,7 +42,8 @@ def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> d
         for _ in mode.results(jobs):
             pass
         return mode.summary()
-    counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0, "missing_library": len(lost)}
+    counts = {"measured": 0, "failed": len(failed), "checked": 0, "incorrect": 0, "missing_library": len(lost),
+              "timed_busy": 0}
     job_of = {j["record_id"]: j for j in jobs}
     bar = progress(total=len(jobs), desc="measure", unit="kernel")
     for results in mode.results(jobs):
@@ -60,10 +61,16 @@ def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> d
                 counts["measured"] += 1
                 counts["checked"] += int(bool(row["checked"]))
                 counts["incorrect"] += int(row.get("correct") is False)
+                counts["timed_busy"] += int(harness.timed_busy(row))
             out.add([row])
         out.flush()
         bar.update(len(results))
     bar.close()
+    if counts["timed_busy"]:
+        log.warning("%d of %d kernels were timed while the load average was above the CPU count: other "
+                    "processes shared the cores, so their run times are noisy labels (`load_avg` column; "
+                    "benchmarks/measurement_noise.py measures how noisy). Measure on a quiet machine: "
+                    "`python -m pipeline stage=measure force=true`", counts["timed_busy"], counts["measured"])
     if counts["incorrect"]:
         log.warning("%d checked kernel(s) disagree with the unscheduled reference", counts["incorrect"])
     counts["written_back"] = D.sync_records(ws).get("measured", 0)
