@@ -1,9 +1,11 @@
 """How repeatable a workspace's run times are: its stored labels against a re-measurement.
 
-    python benchmarks/measurement_noise.py --workspace data/zoo_ops-llvm [--tasks 6] [--records 24] [--rounds 4]
+    python benchmarks/measurement_noise.py [overrides] [--tasks 6] [--records 24] [--rounds 4]
 
-Re-times a seeded sample of measured kernels (`--records` of each of `--tasks` tasks whose
-median run time is under `--max-ms`) with the measure stage's timer and settings, in
+The Hydra overrides name the workspace and the timer's settings as for stage=measure
+(`dataset=zoo_ops budget=transfer measure.repeat=5`). Re-times a seeded sample of measured
+kernels (`--records` of each of `--tasks` tasks whose median run time is under `--max-ms`)
+with the measure stage's timer and those settings, in
 `--rounds` interleaved rounds (each round times every sampled kernel of a task once, in a
 fresh random order, so a burst of load on a shared machine hits one round of a kernel, not
 all of them). For every task it prints, as pairwise accuracy (the share of record pairs
@@ -35,9 +37,13 @@ import pandas as pd
 import tvm
 
 from models.metrics import pairwise_accuracy
+from models.tables import successful_measurements, usable_rows
+from pipeline.config import compose
+from pipeline.core import schema as S
 from pipeline.core.harness import Timer, load_kernel
-from pipeline.core.workspace import Workspace
+from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner.jobs import kernel_jobs
+from pipeline.runner.modes import timer_options
 
 
 def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
@@ -45,15 +51,11 @@ def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
     return pairwise_accuracy(1.0 / second, 1.0 / first), float(second.min() / second[np.argmin(first)])
 
 
-def good_rows(meas: pd.DataFrame) -> pd.DataFrame:
-    return meas[meas["error"].isna() & (meas["mean_s"] > 0)]
-
-
 def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed: int,
                 baseline: pd.Series | None) -> dict[str, list[dict]]:
     """task name -> jobs of `n_records` measured kernels (with a `baseline` label too, when
     given), for `n_tasks` tasks drawn with `seed`."""
-    meas = good_rows(ws.read("measurements"))
+    meas = successful_measurements(ws)
     if baseline is not None:
         meas = meas[meas["record_id"].isin(set(baseline.index))]
     kernels = ws.read("kernels")
@@ -66,43 +68,40 @@ def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed
     rng = np.random.default_rng(seed)
     chosen = rng.choice(np.array(sorted(eligible), dtype=object), size=min(n_tasks, len(eligible)), replace=False)
     names = ws.read("tasks").set_index("task_id")["name"]
-    stored = meas.set_index("record_id")["mean_s"]
-    out = {}
-    for tid in sorted(chosen):
-        picked = kernels[kernels["task_id"] == tid].sample(n=n_records, random_state=seed)
-        jobs = kernel_jobs(ws, picked, check_per_task=0)
-        for j in jobs:
-            j["stored_s"] = float(stored[j["record_id"]])
-            if baseline is not None:
-                j["baseline_s"] = float(baseline[j["record_id"]])
-        out[f"{names[tid]} ({tid})"] = jobs
+    stored = meas.drop_duplicates("record_id", keep="last").set_index("record_id")["mean_s"]
+    picked = pd.concat(kernels[kernels["task_id"] == tid].sample(n=n_records, random_state=seed) for tid in chosen)
+    out: dict[str, list[dict]] = {}
+    for j in kernel_jobs(ws, picked, check_per_task=0):
+        j["stored_s"] = float(stored[j["record_id"]])
+        if baseline is not None:
+            j["baseline_s"] = float(baseline[j["record_id"]])
+        out.setdefault(f"{names[j['task_id']]} ({j['task_id']})", []).append(j)
     return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workspace", type=Path, default=Path("data/ops-llvm"))
+    p.add_argument("overrides", nargs="*", help="Hydra overrides naming the workspace and measure.* settings")
     p.add_argument("--tasks", type=int, default=6)
     p.add_argument("--records", type=int, default=24)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--max-ms", type=float, default=20.0, help="skip tasks whose median run time is above this")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--baseline", type=Path, help="an earlier measurements/ folder of the same kernels")
-    p.add_argument("--number", type=int, default=1)
-    p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--min-repeat-ms", type=int, default=20)
     args = p.parse_args()
     if args.rounds < 2 or args.rounds % 2:
         raise SystemExit(f"--rounds {args.rounds}: give an even number of at least 2 (half against half)")
-    ws = Workspace(args.workspace.resolve())
+    cfg = compose(args.overrides)
+    ws = Workspace.from_cfg(cfg)
     baseline = None
     if args.baseline:
-        parts = sorted(args.baseline.glob("*.parquet"))
-        if not parts:
-            raise SystemExit(f"--baseline {args.baseline}: no Parquet parts there; give a copy of a measurements/ folder")
-        old = good_rows(pd.concat(pd.read_parquet(f, columns=["record_id", "mean_s", "error"]) for f in parts))
+        old = read_table(args.baseline, S.MEASUREMENTS)
+        if old.empty:
+            raise SystemExit(f"--baseline {args.baseline}: no measurement parts there; give a copy of a "
+                             f"measurements/ folder")
+        old = old[usable_rows(old)]
         baseline = old.drop_duplicates("record_id", keep="last").set_index("record_id")["mean_s"]
-    timer = Timer(number=args.number, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    timer = Timer(**timer_options(cfg))
     dev = tvm.cpu(0)
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -127,7 +126,8 @@ def main() -> None:
         print(f"{name}: {args.rounds} rounds of {len(jobs)} kernels timed", flush=True)
     table = pd.DataFrame(rows)
     mean = table.drop(columns=["task", "records"]).mean()
-    print(f"\n{len(rows)} tasks x {args.records} kernels, {args.rounds} rounds, {time.perf_counter() - t0:.0f} s")
+    print(f"\n{ws.root}: {len(rows)} tasks x {args.records} kernels, {args.rounds} rounds of "
+          f"{timer.repeat} repeats, {time.perf_counter() - t0:.0f} s")
     print(table.round(3).to_string(index=False))
     print("\nmean over tasks:")
     print(mean.round(3).to_string())

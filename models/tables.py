@@ -126,16 +126,21 @@ def check_one_machine(ws: Workspace, meas: pd.DataFrame) -> None:
             f"(README: Merging datasets from several machines), or keep one machine's measurements.")
 
 
+def usable_rows(meas: pd.DataFrame) -> pd.Series:
+    """Which measurement rows are labels: no error, a positive latency, not found incorrect."""
+    ok = meas["error"].isna() & np.isfinite(meas["mean_s"].astype(float)) & (meas["mean_s"].astype(float) > 0)
+    if "correct" in meas.columns:
+        ok &= meas["correct"].astype("boolean").fillna(True).astype(bool)
+    return ok
+
+
 def successful_measurements(ws: Workspace, *, allow_mixed_hardware: bool = False) -> pd.DataFrame:
     """Measurements without an error, with a positive latency and not found incorrect, of
     one machine (`allow_mixed_hardware`: of every machine, one row per record and machine)."""
     meas = read_table(ws.require(ws.measurements, "measure"), S.MEASUREMENTS)
     if meas.empty:
         raise WorkspaceError(f"{ws.measurements} has no rows: run `python -m pipeline stage=measure` first.")
-    ok = meas["error"].isna() & np.isfinite(meas["mean_s"].astype(float)) & (meas["mean_s"].astype(float) > 0)
-    if "correct" in meas.columns:
-        ok &= meas["correct"].astype("boolean").fillna(True).astype(bool)
-    good = meas[ok]
+    good = meas[usable_rows(meas)]
     if good.empty:
         errs = meas["error"].dropna()
         first = errs.iloc[0] if len(errs) else "latency not positive or output incorrect"
