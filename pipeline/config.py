@@ -150,6 +150,7 @@ RULES: dict[str, Rule] = {
     "measure.bundle_runtime": SWITCH,
     "measure.number": integer(1),
     "measure.repeat": integer(1),
+    "measure.rounds": integer(1),
     "measure.min_repeat_ms": NON_NEGATIVE,
     "measure.timeout_s": POSITIVE,
     "measure.check_per_task": integer(0),

@@ -4,6 +4,7 @@ sweeps that survive a failing job, the `pipeline` console script and its log fil
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shlex
@@ -14,6 +15,7 @@ import time
 import tomllib
 from pathlib import Path
 
+import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -99,18 +101,24 @@ def test_ctrl_c_during_replay_keeps_finished_rows_and_the_rerun_builds_the_rest(
     ws, over = copy_workspace(root, overrides, tmp_path / "data", "kernels", "lib", "measurements", "runner")
     # rows are written every 100 kernels or hour: the ones finished when Ctrl-C comes are still buffered
     args = [*over, "stage=replay", "jobs=1", "replay.flush_rows=100", "replay.flush_s=3600"]  # one worker: still running
-    # At the lowest priority, so that on a loaded machine the replay, not this test's watch
-    # loop, waits for the cores, and the Ctrl-C still comes while it builds.
-    proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True,
-                 cmd=["nice", "-n", "19", sys.executable, "-m", "pipeline"])
+    proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True)
     try:
         deadline = time.time() + 300
         while len(list((ws / "lib").glob("*.so"))) < 3:
             assert time.time() < deadline and proc.poll() is None, "replay built nothing"
-            time.sleep(0.05)
+            time.sleep(0.02)
+        # The build worker is held where it is (on a fast machine the remaining builds would
+        # otherwise finish before the Ctrl-C), so the Ctrl-C comes while the replay builds.
+        workers = psutil.Process(proc.pid).children(recursive=True)
+        assert workers, "the replay runs no build worker process"
+        for w in workers:
+            w.suspend()
         time.sleep(1.2)  # the driver has taken the first finished builds' rows (it looks every second)
         on_disk = read_table(ws / "kernels", S.KERNELS) if (ws / "kernels").exists() else []
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the process group
+        for w in workers:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                w.resume()
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

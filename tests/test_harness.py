@@ -91,6 +91,46 @@ def test_hang_crash_and_wrong_results_become_rows_and_runs_resume(kernels, tmp_p
     assert sorted(_starts(out)) == sorted(res)
 
 
+def test_rounds_keep_each_kernels_best_round_and_a_failing_round_fails_the_kernel(kernels, tmp_path):
+    ok_ref = tmp_path / "ok.npz"
+    a, _ = harness.seeded_inputs(ADD_ARGS, 7)
+    np.savez(ok_ref, seed=7, idx0=np.arange(4), idx1=np.arange(4), out0=a, out1=a + 1)
+    flaky = tmp_path / "flaky.so"
+    flaky.write_bytes(open(kernels["add_one"], "rb").read())
+    jobs = [dict(record_id=f"good{i}", artifact=kernels["add_one"], args=ADD_ARGS) for i in range(4)]
+    jobs += [dict(record_id="ok", artifact=kernels["add_one"], args=ADD_ARGS, reference="ok.npz"),
+             dict(record_id="crash", artifact=kernels["crash"], args=[["float32", [4]], ["int64", [4]]]),
+             dict(record_id="flaky", artifact=str(flaky), args=ADD_ARGS)]
+
+    def lose_flaky_after_its_first_round(ev):
+        if ev["record_id"] == "flaky":
+            flaky.unlink(missing_ok=True)
+
+    out = tmp_path / "events.jsonl"
+    res = {r["record_id"]: r for r in harness.supervise_rounds(jobs, out, rounds=3, root=tmp_path, options=TIMER,
+                                                               on_done=lose_flaky_after_its_first_round)}
+    assert list(res) == [j["record_id"] for j in jobs]
+    for rid in ("good0", "good3", "ok"):
+        r = res[rid]
+        assert "error" not in r and r["rounds"] == 3 and len(r["round_means_s"]) == 3
+        assert r["mean_s"] == min(r["round_means_s"]) == pytest.approx(np.mean(r["run_secs"]))
+        assert r["repeats"] == 2 and r["load_avg"] is not None
+    assert res["ok"]["checked"] and res["ok"]["correct"]
+    assert res["crash"]["error"].startswith("crashed: ") and res["crash"]["rounds"] == 1  # not timed again
+    assert res["flaky"]["error"].startswith("round 1: run: ") and res["flaky"]["rounds"] == 2
+    # Every round timed every kernel still standing, each round in its own order.
+    rounds = [_starts(harness.round_events(out, r)) for r in range(3)]
+    assert rounds[0] == [j["record_id"] for j in jobs]
+    assert sorted(rounds[1]) == sorted(rounds[0][:5] + ["flaky"]) and sorted(rounds[2]) == sorted(rounds[0][:5])
+    assert rounds[1] != [rid for rid in rounds[0] if rid in rounds[1]]  # shuffled
+    # --out holds the best rounds: a new run reads them and times nothing.
+    assert harness.done_events(out) == res
+    again = harness.supervise_rounds(jobs, out, rounds=3, root=tmp_path, options=TIMER, python="/nonexistent/python")
+    assert again == list(res.values())
+    with pytest.raises(ValueError, match="only the timer"):
+        harness.supervise_rounds(jobs, tmp_path / "perf.jsonl", rounds=2, root=tmp_path, instrument="perf")
+
+
 def test_the_timer_flushes_the_cpu_cache_unless_told_not_to_and_says_where_it_ran(kernels, tmp_path):
     jobs = [dict(record_id="a", artifact=kernels["add_one"], args=ADD_ARGS)]
     on = harness.supervise(jobs, tmp_path / "on.jsonl", root=tmp_path, options=TIMER)[0]

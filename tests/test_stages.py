@@ -141,7 +141,7 @@ def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_
     shutil.copytree(root, data / root.name, ignore=shutil.ignore_patterns("measurements", "runner", "features"))
     over = [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}",
                                                                           "measure.bundle_runtime=false"]
-    out = run_stage("measure", [*over, "measure.mode=export"])
+    out = run_stage("measure", [*over, "measure.mode=export", "measure.rounds=2"])
     built = read_table(data / root.name / "kernels", S.KERNELS).dropna(subset=["artifact"])
     assert out["exported"] == len(built)
     with tarfile.open(out["bundle"]) as tar:
@@ -155,6 +155,8 @@ def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_
     back = run_stage("measure", [*over, "measure.mode=import", f"measure.results={bundle / 'results.jsonl'}"])
     assert back["measured"] == len(built) and back["checked"] >= 3 and back["incorrect"] == 0
     meas = read_table(data / root.name / "measurements", S.MEASUREMENTS)
+    assert "--rounds 2" in cmd and (meas["rounds"] == 2).all()
+    assert (meas["mean_s"] == meas["round_means_s"].map(min)).all()
     assert set(meas["record_id"]) == set(read_table(data / root.name / "kernels", S.KERNELS)["record_id"])
 
 
@@ -200,3 +202,22 @@ def test_a_lost_library_is_built_again_not_labelled_failed(measured_workspace, t
     assert run_stage("measure", over)["measured"] == 2
     meas = ws.read("measurements").set_index("record_id")
     assert meas.index.is_unique and meas.loc[sorted(lost), "error"].isna().all()
+
+
+def test_measure_in_rounds_labels_each_kernel_with_its_best_round(measured_workspace, tmp_path):
+    from conftest import copy_workspace
+
+    root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
+    ws = Workspace(root)
+    out = run_stage("measure", [*over, "force=true", "measure.rounds=3", "measure.batch_size=8"])
+    built = ws.read("kernels").dropna(subset=["artifact"])
+    assert out["measured"] == len(built) and out["incorrect"] == 0 and out["checked"] >= 3
+    meas = ws.read("measurements").drop_duplicates("record_id", keep="last").set_index("record_id")
+    ok = meas.loc[built["record_id"]]
+    assert (ok["rounds"] == 3).all() and (ok["round_means_s"].map(len) == 3).all()
+    assert (ok["mean_s"] == ok["round_means_s"].map(min)).all()
+    # The database's run times are the best round's, so MetaSchedule reads the same label.
+    task_of = dict(zip(ws.read("tasks")["workload_index"], ws.read("tasks")["task_id"]))
+    secs = {r.record_id(task_of[r.workload_index]): r.run_secs for r in D.read_record_lines([ws.db_tuning_record])[0]}
+    assert all(secs[rid] == list(ok.loc[rid, "run_secs"]) for rid in ok.index)
+    assert not list((root / "runner").glob("results-0*.jsonl")), "the rounds' events outlived their rows"

@@ -29,6 +29,10 @@ Instruments:
          `perf stat` (--perf, --perf-events) attached to this process and switched on and
          off around them through its control FIFO; getrusage deltas and wall time per call.
 
+--rounds N (timer) times every job once per round, N interleaved rounds each in a new
+order (events of round r in `<out stem>.round-<r>.jsonl`), and writes one done line per job
+to --out: its best round (lowest mean), with `rounds` and `round_means_s`.
+
 By default the jobs run in a child process (this file with --in-process) whose output
 goes to `<out>.log`: a kernel that crashes the child or runs past --timeout-s becomes a
 `done` line with its error and a new child goes on with the rest. --in-process runs them
@@ -46,6 +50,7 @@ import json
 import math
 import os
 import platform
+import random
 import resource
 import selectors
 import shutil
@@ -714,6 +719,59 @@ def supervise(jobs: list[dict], out: Path, *, root: Path | str, device: str = "c
     return [results[j["record_id"]] for j in jobs if j["record_id"] in results]
 
 
+def round_events(out: Path | str, r: int) -> Path:
+    """The events file of round `r` of `supervise_rounds` (beside `out`)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.round-{r}{out.suffix}")
+
+
+def best_round(events: list[dict]) -> dict:
+    """One `done` event from a kernel's rounds: the round with the lowest mean (its run
+    times, load average and host), with `rounds` and every round's mean (`round_means_s`);
+    the outputs are correct only if every checked round agreed. A round that failed fails
+    the kernel (its error names the round)."""
+    for r, ev in enumerate(events):
+        if ev.get("error"):
+            return dict(ev, error=f"round {r}: {ev['error']}" if r else ev["error"], rounds=len(events))
+    best = min(events, key=lambda ev: ev["mean_s"])
+    out = dict(best, rounds=len(events), round_means_s=[float(ev["mean_s"]) for ev in events])
+    checked = [ev for ev in events if ev.get("checked")]
+    if checked:
+        out.update(checked=True, correct=all(ev.get("correct") is not False for ev in checked),
+                   max_abs_err=max(float(ev.get("max_abs_err") or 0.0) for ev in checked))
+    return out
+
+
+def supervise_rounds(jobs: list[dict], out: Path, *, rounds: int = 1, **kw) -> list[dict]:
+    """`supervise` (timer instrument) in `rounds` interleaved rounds: every job once per
+    round, each round in a new order, its events in `round_events(out, r)`; then one done
+    event per job from its best round (`best_round`), written to `out`. Back-to-back
+    repeats share whatever else the host ran at that moment; rounds a batch apart do not,
+    so the lowest round mean is a label that a burst of load on a shared host does not
+    move. An interrupted run resumes each round where it stopped."""
+    out = Path(out)
+    if rounds <= 1:
+        return supervise(jobs, out, **kw)
+    if kw.get("instrument", "timer") != "timer":
+        raise ValueError(f"rounds={rounds}: only the timer instrument runs in rounds")
+    done = {rid: ev for rid, ev in done_events(out).items() if ev.get("rounds") == rounds}
+    todo = [j for j in jobs if j["record_id"] not in done]
+    per: dict[str, list[dict]] = {}
+    for r in range(rounds):
+        order = list(todo)
+        if r:
+            random.Random(r).shuffle(order)
+        for ev in supervise(order, round_events(out, r), **kw):
+            per.setdefault(ev["record_id"], []).append(ev)
+        todo = [j for j in todo if j["record_id"] in per and not per[j["record_id"]][-1].get("error")]
+    for j in jobs:
+        rid = j["record_id"]
+        if rid in per and rid not in done:
+            done[rid] = best_round(per[rid])
+            append_event(out, done[rid])
+    return [done[j["record_id"]] for j in jobs if j["record_id"] in done]
+
+
 def batch_jobs(jobs: list[dict], batch_size: int, events: str, **run) -> list[dict]:
     """Executor jobs for `supervise_job`: `batch_size` kernels each, with the files they read
     (`reads`: libraries and references); `run`: device, instrument, options, timeout_s."""
@@ -729,10 +787,10 @@ def supervise_job(job: dict, root: str) -> list[dict]:
     """One executor job (pipeline/core/executor.py): a batch of kernels supervised under
     one instrument, its events in `<root>/<job["events"]>` (resumed: the done events of an
     interrupted run are kept), the done events returned. job: jobs, events, device,
-    instrument, options, timeout_s."""
+    instrument, options, timeout_s, and optionally rounds (`supervise_rounds`)."""
     out = Path(root) / job["events"]
-    return supervise(job["jobs"], out, root=root, device=job["device"], instrument=job["instrument"],
-                     options=job["options"], timeout_s=job["timeout_s"])
+    return supervise_rounds(job["jobs"], out, rounds=int(job.get("rounds", 1)), root=root, device=job["device"],
+                            instrument=job["instrument"], options=job["options"], timeout_s=job["timeout_s"])
 
 
 def failed_job(job: dict, reason: str) -> list[dict]:
@@ -758,6 +816,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout-s", type=float, default=30.0, help="seconds one kernel may take")
     p.add_argument("--startup-s", type=float, default=STARTUP_S, help="seconds a child may take to start")
     p.add_argument("--in-process", action="store_true", help="run the jobs in this process (no isolation)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every job this many times, interleaved, and keep each one's best round")
     p.add_argument("--wrap", type=json.loads, default=None,
                    help='JSON list: a command each child runs under, e.g. ["ncu", "--export", "rep-{n}.ncu-rep"]')
     for inst, opts in INSTRUMENT_OPTIONS.items():
@@ -770,8 +830,9 @@ def main(argv=None) -> int:
         jobs = [json.loads(line) for line in f if line.strip()]
     if args.in_process:
         return run_in_process(jobs, Path(args.out), args.root, args.device, args.instrument, options)
-    res = supervise(jobs, Path(args.out), root=args.root, device=args.device, instrument=args.instrument,
-                    options=options, timeout_s=args.timeout_s, startup_s=args.startup_s, wrap=args.wrap)
+    res = supervise_rounds(jobs, Path(args.out), rounds=args.rounds, root=args.root, device=args.device,
+                           instrument=args.instrument, options=options, timeout_s=args.timeout_s,
+                           startup_s=args.startup_s, wrap=args.wrap)
     failed = sum(1 for r in res if r.get("error"))
     print(f"harness: {len(res) - failed} ran, {failed} failed; events in {args.out}")
     return 0

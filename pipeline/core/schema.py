@@ -101,6 +101,8 @@ MEASUREMENTS = _schema(
         *HOST,
         pa.field("cache_flush", pa.bool_()),  # CPU caches flushed before every repeat (measure.cache_flush)
         pa.field("load_avg", pa.float64()),  # the host's 1-minute load average when the timing ended
+        pa.field("rounds", pa.int64()),  # interleaved rounds (measure.rounds); the row is the best round's
+        pa.field("round_means_s", pa.list_(pa.float64())),  # every round's mean, in round order
     ],
 )
 

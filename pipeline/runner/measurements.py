@@ -52,6 +52,7 @@ def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> d
             row = {k: v for k, v in res.items() if k != "event"}
             row.update(task_id=job["task_id"], device=device)
             row.setdefault("checked", False)
+            row.setdefault("rounds", 1)
             if row.get("error") and mode.reads_libraries and not (ws.root / job["artifact"]).is_file():
                 counts["missing_library"] += 1  # deleted while the stage ran: not a label
                 continue

@@ -37,6 +37,12 @@ def timer_options(cfg) -> dict:
                 rtol=float(m.rtol), atol=float(m.atol), cache_flush=int(bool(m.cache_flush)))
 
 
+def harness_options(cfg) -> dict:
+    """The harness command line's timing options on a device host: the timer's, and the
+    interleaved rounds (`measure.rounds`)."""
+    return dict(timer_options(cfg), rounds=int(cfg.measure.rounds))
+
+
 class MeasureMode:
     """Jobs (record_id, task_id, artifact, args, reference) -> batches of `done` events."""
 
@@ -61,32 +67,38 @@ class Local(MeasureMode):
     stage has written a batch's rows (and by force=true)."""
 
     def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: str,
-                 executor: Executor):
+                 executor: Executor, rounds: int = 1):
         self.root, self.device, self.options = root, device, options
         self.timeout_s, self.batch_size, self.events = timeout_s, max(1, int(batch_size)), events
-        self.executor = executor
+        self.executor, self.rounds = executor, max(1, int(rounds))
 
     @classmethod
     def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
         kind = device_kind(cfg)
         events = f"runner/results-{int(cfg.shard.index)}.jsonl"
+        mode = cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
+                   events, executor, int(cfg.measure.rounds))
         if executor.runs_here:
             ensure_device(kind)
             if cfg.force:
-                (ws.root / events).unlink(missing_ok=True)
-        return cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   events, executor)
+                mode.forget_events()
+        return mode
+
+    def forget_events(self) -> None:
+        """Delete the harness's events files (the written rows hold their results)."""
+        for f in [self.events, *(harness.round_events(self.events, r) for r in range(self.rounds))]:
+            (self.root / f).unlink(missing_ok=True)
 
     def batches(self, jobs: list[dict]) -> list[dict]:
         return harness.batch_jobs(jobs, self.batch_size, self.events, device=self.device, instrument="timer",
-                                  options=self.options, timeout_s=self.timeout_s)
+                                  options=self.options, timeout_s=self.timeout_s, rounds=self.rounds)
 
     def results(self, jobs):
         for done in self.executor.map(harness.supervise_job, self.batches(jobs), root=self.root,
                                       failed=harness.failed_job, device=True):
             yield [ev for events in done for ev in events]
             if self.executor.runs_here:  # resumed here: the stage has written the batch's rows
-                (self.root / self.events).unlink(missing_ok=True)
+                self.forget_events()
 
 
 class Export(MeasureMode):
@@ -101,7 +113,7 @@ class Export(MeasureMode):
 
     @classmethod
     def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Export":
-        return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), timer_options(cfg),
+        return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), harness_options(cfg),
                    float(cfg.measure.timeout_s), bool(cfg.measure.bundle_runtime))
 
     def results(self, jobs):

@@ -191,7 +191,7 @@ def bundle_spec(cfg, profiler) -> dict:
     """part.json of collect's bundle: where the kernels run, the timer's options and, with the
     ncu profiler, the ncu command (its report path `{report}` filled in on the host)."""
     spec = dict(device=modes.device_kind(cfg), python=str(cfg.bundle.python), ncu=None,
-                measure=dict(options=modes.timer_options(cfg), timeout_s=float(cfg.measure.timeout_s)))
+                measure=dict(options=modes.harness_options(cfg), timeout_s=float(cfg.measure.timeout_s)))
     if isinstance(profiler, NcuProfiler):
         o = profiler.options
         argv = ncu_command.build_command([], "{report}.ncu-rep", ncu="ncu", metrics=o.metrics,
