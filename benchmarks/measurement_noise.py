@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import tvm
 
-from models.metrics import pairwise_accuracy
+from models.metrics import latency_agreement
 from models.tables import successful_measurements, usable_rows
 from pipeline.config import compose
 from pipeline.core import schema as S
@@ -44,11 +44,6 @@ from pipeline.core.harness import Timer, load_kernel
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner.jobs import kernel_jobs
 from pipeline.runner.modes import timer_options
-
-
-def agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
-    """(pairwise accuracy, top-1 score) of latencies `first` judged by latencies `second`."""
-    return pairwise_accuracy(1.0 / second, 1.0 / first), float(second.min() / second[np.argmin(first)])
 
 
 def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed: int,
@@ -113,15 +108,15 @@ def main() -> None:
             for i in rng.permutation(len(kernels)):
                 lat[r, i] = timer.run(kernels[i])["mean_s"]
         half = args.rounds // 2
-        one = [agreement(lat[r], lat[r + 1]) for r in range(args.rounds - 1)]
-        halves = agreement(lat[:half].min(0), lat[half:].min(0))
-        stored = agreement(np.array([j["stored_s"] for j in jobs]), lat.min(0))
+        one = [latency_agreement(lat[r], lat[r + 1]) for r in range(args.rounds - 1)]
+        halves = latency_agreement(lat[:half].min(0), lat[half:].min(0))
+        stored = latency_agreement(np.array([j["stored_s"] for j in jobs]), lat.min(0))
         rows.append({"task": name, "records": len(jobs),
                      "one pass pair": np.mean([a for a, _ in one]), "one pass top-1": np.mean([b for _, b in one]),
                      "min of half pair": halves[0], "min of half top-1": halves[1],
                      "stored pair": stored[0], "stored top-1": stored[1]})
         if baseline is not None:
-            base = agreement(np.array([j["baseline_s"] for j in jobs]), lat.min(0))
+            base = latency_agreement(np.array([j["baseline_s"] for j in jobs]), lat.min(0))
             rows[-1].update({"baseline pair": base[0], "baseline top-1": base[1]})
         print(f"{name}: {args.rounds} rounds of {len(jobs)} kernels timed", flush=True)
     table = pd.DataFrame(rows)

@@ -74,6 +74,13 @@ def pairwise_accuracy(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(agree / n)
 
 
+def latency_agreement(first: np.ndarray, second: np.ndarray) -> tuple[float, float]:
+    """How two measurements of the same records agree, `second` taken as the truth:
+    (pairwise accuracy, top-1 score of the record `first` ranks fastest)."""
+    first, second = np.asarray(first, dtype=np.float64), np.asarray(second, dtype=np.float64)
+    return pairwise_accuracy(1.0 / second, 1.0 / first), peak_score(1.0 / second, 1.0 / first, 1)
+
+
 def topk_recall(labels: np.ndarray, scores: np.ndarray, k: int) -> float:
     """Fraction of the true top-k records that are in the predicted top-k."""
     true_top = set(np.argsort(-np.asarray(labels), kind="stable")[:k])
