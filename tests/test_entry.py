@@ -101,7 +101,10 @@ def test_ctrl_c_during_replay_keeps_finished_rows_and_the_rerun_builds_the_rest(
     ws, over = copy_workspace(root, overrides, tmp_path / "data", "kernels", "lib", "measurements", "runner")
     # rows are written every 100 kernels or hour: the ones finished when Ctrl-C comes are still buffered
     args = [*over, "stage=replay", "jobs=1", "replay.flush_rows=100", "replay.flush_s=3600"]  # one worker: still running
-    proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True)
+    # SIGINT as a terminal gives it: a test run started in the background (`make test &`)
+    # passes an ignored SIGINT on to its children, and Python then never raises Ctrl-C.
+    proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 300
         while len(list((ws / "lib").glob("*.so"))) < 3:
