@@ -273,12 +273,13 @@ class PipelineCostModel(PyCostModel):
     `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning), `train_data`
     (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
     of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
-    `source` (where the model came from, for messages)."""
+    `source` (where the model came from, for messages), `train_table` (the training table
+    itself, for the union mode on a machine without that workspace)."""
 
     def __init__(self, model: CostModel, *, update: bool = False, update_every: int = 2,
                  update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5,
                  train_data: str | Path | None = None, exclude_tasks=(), threads: int = 0, source: str = "",
-                 info: dict | None = None):
+                 info: dict | None = None, train_table: TrainingTable | None = None):
         super().__init__()
         # The TuneContext that will call this model imports MetaSchedule's tensor intrinsics:
         # done here the fast way (seconds; minutes in inspect.stack() with many modules loaded).
@@ -305,7 +306,7 @@ class PipelineCostModel(PyCostModel):
         self.n_updates = 0
         self.n_refits = 0
         self.refit_log: list[dict] = []
-        self._train_table = None
+        self._train_table = train_table
         if threads and hasattr(model, "threads"):
             model.threads = int(threads)
 
@@ -364,6 +365,21 @@ class PipelineCostModel(PyCostModel):
             out = cls(registry.load(Path(tmp) / "model"), info=state.get("info"), **settings)
             out._restore(Path(tmp), state)
         return out
+
+    def to_bytes(self) -> bytes:
+        """`save` as bytes, to send the adapter to another machine (`from_bytes` there)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "adapter.tar"
+            self.save(str(path))
+            return path.read_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, **kwargs) -> "PipelineCostModel":
+        """The adapter that `to_bytes` gave (`kwargs` override its settings, e.g. `train_table`)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "adapter.tar"
+            path.write_bytes(data)
+            return cls.from_file(path, **kwargs)
 
     # -- MetaSchedule's interface
 
@@ -428,7 +444,7 @@ class PipelineCostModel(PyCostModel):
         if update is not None:
             settings["update"] = bool(update)
         model = self.model.copy() if settings["update"] else self.model
-        return PipelineCostModel(model, info=self.info, **settings)
+        return PipelineCostModel(model, info=self.info, train_table=self._train_table, **settings)
 
     def load(self, path: str) -> None:
         """Replace this adapter's model, settings and session with those saved in `path`."""
@@ -473,7 +489,8 @@ class PipelineCostModel(PyCostModel):
         frame = pd.concat([frame, pd.DataFrame(records, columns=list(self.plan.columns))], axis=1)
         return TrainingTable("session", frame, self.model.spec, {}, stores, offsets)
 
-    def _training_table(self):
+    def training_table(self):
+        """The training table of the union mode (None when it is not usable here), read once."""
         if self._train_table is None and self.train_data:
             self._train_table, why = load_training_table(self.train_data, self.model.spec, self.exclude_tasks)
             if self._train_table is None:
@@ -488,7 +505,7 @@ class PipelineCostModel(PyCostModel):
         if len(session) < 2:
             return {}
         mode = self.update_mode
-        base = self._training_table() if mode in ("auto", "union") else None
+        base = self.training_table() if mode in ("auto", "union") else None
         if mode == "union" and base is None:
             raise ValueError(f"update_mode=union needs the model's training data: pass train_data=<workspace> "
                              f"({self.source} does not name a workspace on this machine)")

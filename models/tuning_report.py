@@ -78,8 +78,9 @@ def _final(curve: pd.DataFrame) -> float:
 
 
 def _row(task, cost_model, seed, mine: pd.DataFrame, base: pd.DataFrame, *, n_ok: int, flops: float, wall_s: float,
-         refits, error, baseline: str, tolerance: float) -> dict:
-    """One per-run row from the run's and the baseline's best-so-far curves (columns trial, best_s)."""
+         refits, error, baseline: str, tolerance: float, host=None) -> dict:
+    """One per-run row from the run's and the baseline's best-so-far curves (columns trial, best_s);
+    `host`: the machine that tuned it."""
     best, base_best = _final(mine), _final(base)
     return {
         "task": task, "cost_model": cost_model, "seed": seed, "trials": int(len(mine)), "valid_trials": n_ok,
@@ -90,6 +91,7 @@ def _row(task, cost_model, seed, mine: pd.DataFrame, base: pd.DataFrame, *, n_ok
         f"trials_to_{baseline}_best": trials_to_reach(mine, base_best, tolerance),
         "refits": float(refits) if refits is not None and pd.notna(refits) else float("nan"),
         "error": error,
+        "host": host if isinstance(host, str) else None,
     }
 
 
@@ -106,7 +108,7 @@ def per_run(trials: pd.DataFrame, runs: pd.DataFrame, flops: dict, baseline: str
                    ["latency_s"].notna().sum()) if len(trials) else 0
         rows.append(_row(task, cm, seed, mine, base, n_ok=n_ok, flops=float(flops.get(task, float("nan"))),
                          wall_s=float(r.get("wall_s", float("nan"))), refits=r.get("refits"), error=r.get("error"),
-                         baseline=baseline, tolerance=tolerance))
+                         baseline=baseline, tolerance=tolerance, host=r.get("host")))
     return pd.DataFrame(rows)
 
 
@@ -139,7 +141,7 @@ def network_runs(trials: pd.DataFrame, runs: pd.DataFrame, network: str, weights
             if len(trials) else 0
         rows.append(_row(network_label(network), cm, seed, mine, base, n_ok=n_ok, flops=total_flops,
                          wall_s=float(r.get("wall_s", float("nan"))), refits=r.get("refits"), error=r.get("error"),
-                         baseline=baseline, tolerance=tolerance))
+                         baseline=baseline, tolerance=tolerance, host=r.get("host")))
     return pd.DataFrame(rows)
 
 

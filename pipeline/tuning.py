@@ -8,17 +8,26 @@ pipeline/core/builder.py) and runner, and returns the trial, run and end-to-end 
 (models/tuning_report.py turns them into the report). Each finished run is kept in its
 work folder (`result.json`): a comparison cut short (hours of tuning) is run again with the
 same command and only its missing runs are tuned.
+
+On a cluster (`Remote`, executor=ray) every run is one job that holds a machine's
+`measure` slot (a GPU on CUDA targets): each machine builds with its own cores and times on
+its own device, so N machines tune N runs at once. A node makes its builder and runner from
+the comparison's settings (`setup_spec`), once per worker process (`tune_job`), and sends
+back the run's row, trials and tuning database; the untuned network is timed there too, so
+that every latency of a report comes from the same kind of machine.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -28,7 +37,9 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from pipeline.core.builder import PersistentBuilder  # noqa: F401 - stage=tune builds with it
+from models import tuning_models
+from models.adapter import PipelineCostModel
+from pipeline.core.builder import PersistentBuilder
 from pipeline.core.progress import progress
 from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import atomic_write_bytes
@@ -205,6 +216,31 @@ class Setup:
     scheduler: str = "gradient"  # a network's task scheduler
 
 
+def setup_spec(tune, target, threads: int) -> dict:
+    """The settings of a comparison's builder, runner and search, as plain data (`tune`: the
+    `tune` config), from which this machine or a cluster node makes its `Setup`; `threads`
+    0 = the cores of the machine that tunes."""
+    r = tune.runner
+    return {"target": target, "trials": int(tune.trials), "per_iter": int(tune.per_iter),
+            "strategy": {k: (dict(v) if hasattr(v, "keys") else v) for k, v in tune.strategy.items()},
+            "builder_timeout_s": float(tune.builder_timeout_s), "threads": int(threads),
+            "scheduler": str(tune.task_scheduler),
+            "runner": {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms),
+                       "timeout_s": float(r.timeout_s), "cpu_cache_flush": bool(r.cpu_cache_flush)}}
+
+
+def make_setup(spec: dict, work: Path) -> Setup:
+    """This machine's builder (its cores) and runner for the settings of `setup_spec`."""
+    threads = int(spec["threads"]) or os.cpu_count() or 1
+    r = spec["runner"]
+    evaluator = {"number": r["number"], "repeat": r["repeat"], "min_repeat_ms": r["min_repeat_ms"]}
+    builder = PersistentBuilder(max_workers=threads, timeout_sec=float(spec["builder_timeout_s"]))
+    runner = ms.runner.LocalRunner(timeout_sec=float(r["timeout_s"]), evaluator_config=ms.runner.EvaluatorConfig(
+        **evaluator, enable_cpu_cache_flush=bool(r["cpu_cache_flush"])))
+    return Setup(spec["target"], int(spec["trials"]), int(spec["per_iter"]), StrategyConfig(**spec["strategy"]),
+                 builder, runner, threads, Path(work), evaluator, str(spec["scheduler"]))
+
+
 @dataclass
 class RunResult:
     trials: list[dict]  # Trial rows, `task` naming the tuned task
@@ -274,9 +310,8 @@ class Comparison:
     reused: int = 0  # runs taken from an earlier, interrupted invocation
 
 
-def _save_run(path: Path, row: dict, trials: list[dict], end_to_end: dict | None) -> None:
-    data = {"row": row, "trials": trials, "end_to_end": end_to_end}
-    atomic_write_bytes(path, json.dumps(data, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
+def _save_run(path: Path, run: dict) -> None:
+    atomic_write_bytes(path, json.dumps(run, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
 
 
 def _error_text(e: BaseException) -> str:
@@ -284,22 +319,124 @@ def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
 
 
+def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], object], setup: Setup,
+             work_dir: Path) -> dict:
+    """One tuning run of `item` with a fresh cost model of `kind`: {"row", "trials",
+    "end_to_end"}; a failure is the row's `error` (with no trials), never an exception."""
+    row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
+           "error": None, "host": socket.gethostname()}
+    run_trials, net = [], None
+    log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
+    try:
+        np.random.seed(seed)  # XGBModel's warm-up predictions draw from numpy's global generator
+        cost_model = make_cost_model(kind, seed)
+        result = item.tune(cost_model, seed, setup, str(work_dir))
+        row["wall_s"] = result.wall_s
+        row["refits"] = getattr(cost_model, "n_refits", None)  # online refits (PipelineCostModel keeps a count)
+        run_trials = [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
+        if result.end_to_end is not None:
+            net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
+    except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
+        row["error"] = _error_text(e)
+        log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
+    return {"row": row, "trials": run_trials, "end_to_end": net}
+
+
+# ----------------------------------------------------------------------------- runs on a cluster
+
+#: the files of a run's MetaSchedule work folder that come back from a cluster node (its JSON database)
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+#: the job that times a network without tuning records
+UNTUNED = "untuned"
+
+
+@dataclass
+class Remote:
+    """How a comparison runs on a cluster: the executor (its `map` with `device=True` gives
+    each run a machine of its own), the settings each node makes its Setup from
+    (`setup_spec`), `ours` as `PipelineCostModel.to_bytes` with its training table where a
+    run refits in the union mode, and XGBModel's warm-up."""
+
+    executor: object
+    spec: dict
+    ours: bytes | None = None
+    ours_table: object = None
+    xgb_warmup: int = 100
+
+
+# Per worker process of a cluster node: the Setup (builder, runner) and `ours` of the
+# comparison it serves, made at its first run and kept for the next ones.
+_NODE: dict = {}
+
+
+def release_node() -> None:
+    """Close the builder that `tune_job` keeps in this process."""
+    if _NODE.get("setup") is not None:
+        _NODE["setup"].builder.close()
+    _NODE.clear()
+
+
+def tune_job(job: dict, root: str) -> dict:
+    """One run of a comparison on a cluster node (see `Remote`): `tune_one` in `root`, or the
+    untuned network's end-to-end row (kind UNTUNED)."""
+    item = job["item"]
+    if _NODE.get("key") != job["key"]:
+        release_node()
+        setup = make_setup(job["spec"], Path(root))
+        ours = PipelineCostModel.from_bytes(job["ours"], train_table=job["ours_table"]) if job["ours"] else None
+        lightest = min(item.tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))
+        log.info("warm-up (imports, build and run workers): %.1f s",
+                 warm_up(setup.builder, setup.runner, lightest.mod, setup.target))
+        _NODE.update(key=job["key"], setup=setup, ours=ours)
+    setup = replace(_NODE["setup"], work=Path(root))
+    if job["kind"] == UNTUNED:
+        return {**item.untuned(setup), "host": socket.gethostname()}
+
+    def make_cost_model(kind: str, seed: int):
+        return tuning_models.create(kind, seed=seed, threads=setup.threads, ours=_NODE["ours"],
+                                    xgb_warmup=int(job["xgb_warmup"]))
+
+    return tune_one(item, job["kind"], int(job["seed"]), make_cost_model, setup, Path(root) / job["work"])
+
+
+def _run_remote(remote: Remote, todo: list[tuple], untuned: list, setup: Setup) -> Iterator[dict]:
+    """The runs of `todo` ((item, seed, kind)) and the untuned networks as jobs of
+    `remote.executor`, a run's database written under `setup.work`; yields each run's result
+    (a lost job is a row with its error) and, for an untuned network, {"untuned": row}."""
+    key = f"{setup.work}-{time.time_ns()}"  # a new Setup on every node for each comparison
+    shared = {"key": key, "spec": remote.spec, "ours": remote.ours, "ours_table": remote.ours_table,
+              "xgb_warmup": remote.xgb_warmup}
+    jobs = [{"item": item, "kind": kind, "seed": seed, "work": f"{item.name}/{kind}-s{seed}",
+             "writes": [f"{item.name}/{kind}-s{seed}/{f}" for f in DATABASE_FILES]} for item, seed, kind in todo]
+    jobs += [{"item": item, "kind": UNTUNED, "seed": -1, "work": f"{item.name}/{UNTUNED}"} for item in untuned]
+
+    def failed(job: dict, reason: str) -> dict:
+        row = {"task": job["item"].name, "cost_model": job["kind"], "seed": job["seed"], "wall_s": float("nan"),
+               "refits": None, "error": reason[:500], "host": None}
+        return {"row": row, "trials": [], "end_to_end": None, "untuned_failed": job["kind"] == UNTUNED}
+
+    log.info("tuning %d runs on %s", len(todo), remote.executor.describe(device=True))
+    for results in remote.executor.map(tune_job, jobs, root=setup.work, failed=failed, device=True, shared=shared):
+        yield from results
+
+
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
             setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
-            before_first: Callable[[], None] | None = None) -> Comparison:
-    """Tune every item (TirTask or Network) with every cost model kind and seed.
+            before_first: Callable[[], None] | None = None, remote: Remote | None = None) -> Comparison:
+    """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
+    network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
 
     A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
-    its first failure. A run whose `result.json` is in its work folder under `setup.work`
+    its first failure (on a cluster, where runs go out at once, its other runs still come
+    back as rows). A run whose `result.json` is in its work folder under `setup.work`
     (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
     without one starts from an empty folder (a run cut short leaves a partial database that
-    would seed its search). `before_first()` runs once, before the first run that tunes (none
-    when every run is reused)."""
+    would seed its search). `before_first()` runs once, before the first run that tunes here
+    (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
+    (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used."""
     trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
-    jobs = [(item, seed, kind) for item in items for seed in seeds for kind in kinds]
-    for item, seed, kind in progress(jobs, desc="tune", unit="run"):
-        if kind in dropped:
-            continue
+    todo = []
+    for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
         work_dir = setup.work / item.name / f"{kind}-s{seed}"
         saved = work_dir / "result.json"
         if reuse and saved.is_file():
@@ -312,32 +449,44 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             reused += 1
             continue
         shutil.rmtree(work_dir, ignore_errors=True)
-        if before_first is not None:
-            before_first()
-            before_first = None
-        log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
-        row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
-               "error": None}
-        try:
-            np.random.seed(seed)  # XGBModel's warm-up predictions draw from numpy's global generator
-            cost_model = make_cost_model(kind, seed)
-            result = item.tune(cost_model, seed, setup, str(work_dir))
-            row["wall_s"] = result.wall_s
-            row["refits"] = getattr(cost_model, "n_refits", None)  # online refits (PipelineCostModel keeps a count)
-            run_trials = [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
-            trials += run_trials
-            new_trials += run_trials
-            net = None
-            if result.end_to_end is not None:
-                net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
-                e2e.append(net)
-            _save_run(saved, row, run_trials, net)
-        except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
-            row["error"] = _error_text(e)
-            log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
-            if kind in drop_on_failure:
-                dropped[kind] = row["error"]
-                log.warning("cost model %s dropped for the rest of this run: %s", kind, row["error"])
+        todo.append((item, seed, kind))
+
+    def keep(done: dict) -> None:
+        row = done["row"]
         runs.append(row)
+        if row["error"] is None:
+            trials.extend(done["trials"])
+            new_trials.extend(done["trials"])
+            if done["end_to_end"] is not None:
+                e2e.append(done["end_to_end"])
+            _save_run(setup.work / row["task"] / f"{row['cost_model']}-s{row['seed']}" / "result.json", done)
+        elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
+            dropped[row["cost_model"]] = row["error"]
+            log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
+
+    networks = [item for item in items if isinstance(item, Network)]
+    untuned_rows = []
+    if remote is not None:
+        with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
+            for done in _run_remote(remote, todo, networks, setup):
+                bar.update(1)
+                if "row" not in done:
+                    untuned_rows.append({k: v for k, v in done.items() if k != "host"})
+                elif done.get("untuned_failed"):
+                    log.error("timing %s untuned failed: %s", done["row"]["task"], done["row"]["error"])
+                else:
+                    keep(done)
+    else:
+        for item, seed, kind in progress(todo, desc="tune", unit="run"):
+            if kind in dropped:
+                continue
+            if before_first is not None:
+                before_first()
+                before_first = None
+            keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / item.name / f"{kind}-s{seed}"))
+        timed = {row["network"] for row in e2e}
+        untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
+    if e2e:
+        e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
     return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, pd.DataFrame(new_trials),
                       reused)

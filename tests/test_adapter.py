@@ -145,7 +145,33 @@ def test_union_update_leaves_out_held_out_tasks(registry_store):
     assert len(rest) == int((full.frame["task_id"] != held[0]).sum()) > 0
     assert held[0] not in set(rest.frame["task_id"])
     refit = PipelineCostModel.from_uri(uri, threads=1, update=True, exclude_tasks=held).copy()
-    assert refit._inst.exclude_tasks == tuple(held) and len(refit._inst._training_table()) == len(rest)
+    assert refit._inst.exclude_tasks == tuple(held) and len(refit._inst.training_table()) == len(rest)
+
+
+def test_adapter_sent_as_bytes_refits_in_union_mode_from_its_shipped_table(registry_store, tmp_path):
+    """What a cluster node gets (stage=tune executor=ray): the adapter as bytes and its
+    training table, with no workspace on that machine; its copies for ours_update keep the
+    table, so their refits are union refits, as on the machine that holds the workspace."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from models.adapter import PipelineCostModel
+
+    root, _, uri, _ = registry_store
+    here = PipelineCostModel.from_uri(uri, threads=1)
+    table = here.training_table()
+    assert table is not None and len(table) > 0
+    data = here.to_bytes()
+    moved = tmp_path / "not-on-this-machine"  # the workspace the model names, as seen from a node
+    there = PipelineCostModel.from_bytes(data, train_data=str(moved), train_table=table, update_every=1)
+    node = there.copy(threads=1, update=True)
+    assert node._inst.info == here._inst.info and node._inst.training_table() is table
+    ctx, cands, _, secs = _task_candidates(root)
+    node.update(ctx, cands, [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs])
+    assert node._inst.refit_log[-1]["mode"] == "union" and node._inst.refit_log[-1]["train_records"] == len(table)
+    # without the table, the same bytes on that machine can only continue from the model
+    alone = PipelineCostModel.from_bytes(data, train_data=str(moved), update=True, update_every=1)
+    alone.update(ctx, cands, [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs])
+    assert alone._inst.refit_log[-1]["mode"] == "continue"
 
 
 def test_profiler_model_is_refused(registry_store):

@@ -148,6 +148,43 @@ def test_network_tune_with_held_out_model(trained_store):
         run_stage("tune", [*over, *TINY, "tune.require_held_out=true", f"tune.model_uri={uri}"])
 
 
+def test_network_tune_on_a_ray_cluster_gives_each_run_a_machine(trained_store):
+    """executor=ray: every run of the comparison, and the untuned network, is a job that holds
+    a node's `measure` slot (two nodes here, two runs at once); the rows, trials, end-to-end
+    latencies and databases come back to the workspace, ours_update refits there from the
+    training table it was sent, and the same command under executor=local reuses every run."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    root, over, _ = trained_store
+    tune = [o for o in NETWORK if not o.startswith(("tune.cost_models=", "tune.seeds=", "tune.require_held_out="))]
+    tune += ["tune.cost_models=[ours_update,random]", "tune.seeds=[3]", "tune.require_held_out=false"]
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"measure": 1},
+                                                            "include_dashboard": False})
+    cluster.add_node(num_cpus=1, resources={"measure": 1})
+    cluster.wait_for_nodes()
+    try:
+        out = run_stage("tune", [*over, *tune, "executor=ray", f"executor.address={cluster.address}"])
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert out["runs"] == 2 and out["failed_runs"] == 0 and out["reused_runs"] == 0
+    assert out["trials"] == 2 * 2 * 2  # trials x tasks x cost models
+    reports = root / "reports"
+    runs = pd.read_csv(reports / "tune-bert_encoder_runs.csv")
+    assert len(runs) == 2 * 3 and set(runs["cost_model"]) == {"ours_update", "random"}  # 2 tasks + the network
+    assert runs["host"].notna().all()  # the machine that tuned each run
+    summary = pd.read_csv(reports / "tune-bert_encoder.csv").set_index(["task", "cost_model"])
+    assert summary.loc[("bert_encoder (network)", "ours_update"), "refits"] >= 1
+    e2e = pd.read_csv(reports / "tune-bert_encoder_e2e.csv")
+    assert list(e2e["cost_model"]) == ["ours_update", "random", "untuned"] and (e2e["e2e_latency_ms"] > 0).all()
+    for kind in ("ours_update", "random"):
+        work = next((root / "tune").glob(f"*/bert_encoder/{kind}-s3"))
+        assert (work / "result.json").is_file() and (work / "database_tuning_record.json").stat().st_size > 0
+    again = run_stage("tune", [*over, *tune])
+    assert again["reused_runs"] == 2 and again["runs"] == 2 and again["trials"] == out["trials"]
+
+
 def test_tune_refuses_profiler_model_uri(trained_store):
     from pipeline.stages.tune import TuneError
 

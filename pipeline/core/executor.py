@@ -62,9 +62,11 @@ class Executor:
     runs_here = True
 
     def map(self, fn: WorkFn, jobs: Sequence[Job], *, root: Path | str, failed: FailFn, device: bool = False,
-            timeout_s: float | None = None) -> Iterator[list]:
+            timeout_s: float | None = None, shared: Job | None = None) -> Iterator[list]:
         """`fn(job, root)` for every job; `failed(job, reason)` is the result of a job that
-        ran past `timeout_s`, whose process died or whose machine was lost."""
+        ran past `timeout_s`, whose process died or whose machine was lost. `shared`: entries
+        every job has (`fn` sees `{**shared, **job}`), sent to other machines once, not once
+        per job (a network's weights, a model)."""
         raise NotImplementedError
 
     def describe(self, device: bool = False) -> str:
@@ -203,7 +205,9 @@ class LocalExecutor(Executor):
         finally:
             self.idle.put(worker)
 
-    def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None):
+    def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None, shared=None):
+        if shared:
+            jobs = [{**shared, **job} for job in jobs]
         if device:
             for job in jobs:
                 yield [call_safely(fn, job, str(root), failed)]
@@ -265,12 +269,16 @@ def put_files(root: Path | str, files: dict[str, bytes]) -> None:
         atomic_write_bytes(Path(root) / rel, data)
 
 
-def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float | None) -> tuple:
+def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float | None,
+                shared: Job | None = None) -> tuple:
     """One job on a machine without the workspace: its `reads` written into a fresh folder,
     `fn` run there (in a forked child when it has a time limit, so that a build past the
-    limit is killed and this process lives on), and its `writes` read back.
+    limit is killed and this process lives on), and its `writes` read back. `shared`: the
+    entries every job of the map has (see Executor.map).
 
     Returns ("done", result, {path: bytes}) or ("failed", reason, {})."""
+    if shared:
+        job = {**shared, **job}
     with tempfile.TemporaryDirectory(prefix="pipeline-job-") as tmp:
         put_files(tmp, files)
         for rel in job.get("writes", ()):

@@ -173,10 +173,11 @@ class RayExecutor(Executor):
         kind = ("GPU" if self.gpu else self.measure_resource) if device else "CPU"
         return f"Ray cluster of {nodes} node(s), {int(total.get(kind, 0))} {kind} slot(s)"
 
-    def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None):
+    def map(self, fn, jobs, *, root, failed, device=False, timeout_s=None, shared=None):
         if not jobs:
             return
         ray = self.start()
+        shared_ref = ray.put(shared) if shared else None  # once in the object store; each task gets it by reference
         options = dict(self.requirements(device), max_retries=self.max_retries, retry_exceptions=False)
         task = self.remote.options(**options)
         limit = self.slots(device) * self.in_flight_per_slot
@@ -188,7 +189,7 @@ class RayExecutor(Executor):
             while queue and len(pending) < limit:
                 i = queue.pop()
                 job = jobs[i]
-                pending[task.remote(fn, job, files_of(root, job.get("reads", ())), timeout_s)] = i
+                pending[task.remote(fn, job, files_of(root, job.get("reads", ())), timeout_s, shared_ref)] = i
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             if ready:
                 rest = [r for r in pending if r not in ready]

@@ -27,15 +27,14 @@ import time
 
 import pandas as pd
 from omegaconf import OmegaConf
-from tvm.s_tir import meta_schedule as ms
 
 from models import tracking, tuning_models, tuning_report
 from models.tuning_models import TuneError  # noqa: F401 - the stage's error, importable from here
-from pipeline import tuning_tasks
-from pipeline.core import identity
+from pipeline import tuning, tuning_tasks
+from pipeline.core import executor, identity
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
-from pipeline.tuning import SCHEDULERS, Network, PersistentBuilder, Setup, StrategyConfig, compare, warm_up
+from pipeline.tuning import SCHEDULERS, Network
 
 log = logging.getLogger(__name__)
 
@@ -70,38 +69,50 @@ def run(cfg) -> dict:
     caveat = tuning_models.warmup_note(kinds, seen_by_xgb, int(t.xgb_warmup))
     if caveat:
         log.warning("%s", caveat)
+    ex = executor.create(cfg)
+    # on a cluster every node builds with its own cores; here, with cfg.jobs of them (0 = all)
     threads = int(cfg.jobs) or os.cpu_count() or 1
+    spec = tuning.setup_spec(t, target, threads if ex.runs_here else 0)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     settings = {k: v for k, v in OmegaConf.to_container(t, resolve=True).items() if k not in ("seeds", "cost_models")}
     info = ours.info if ours is not None else {}
     key = hashlib.sha1(json.dumps([settings, str(target), [x.name for x in tasks], str(ours_uri),
                                    str(info.get("run_id")), str(info.get("version"))],
                                   sort_keys=True, default=str).encode()).hexdigest()[:12]
-    builder = PersistentBuilder(max_workers=threads, timeout_sec=float(t.builder_timeout_s))
-    evaluator = {"number": int(t.runner.number), "repeat": int(t.runner.repeat),
-                 "min_repeat_ms": int(t.runner.min_repeat_ms)}
-    runner = ms.runner.LocalRunner(timeout_sec=float(t.runner.timeout_s), evaluator_config=ms.runner.EvaluatorConfig(
-        **evaluator, enable_cpu_cache_flush=bool(t.runner.cpu_cache_flush)))
-    setup = Setup(target, int(t.trials), int(t.per_iter), StrategyConfig(**OmegaConf.to_container(t.strategy, resolve=True)),
-                  builder, runner, threads, ws.root / "tune" / key, evaluator, str(t.task_scheduler))
-
-    def make_cost_model(kind: str, seed: int):
-        return tuning_models.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=int(t.xgb_warmup))
-
+    work = ws.root / "tune" / key
+    run_args = dict(drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force))
     try:
-        lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
+        if ex.runs_here:
+            setup = tuning.make_setup(spec, work)
 
-        def warm() -> None:
-            log.info("warm-up (imports, build and run workers): %.1f s", warm_up(builder, runner, lightest.mod, target))
+            def make_cost_model(kind: str, seed: int):
+                return tuning_models.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=int(t.xgb_warmup))
 
-        result = compare(items, kinds, [int(s) for s in t.seeds], make_cost_model, setup,
-                         drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force), before_first=warm)
+            def warm() -> None:
+                lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
+                log.info("warm-up (imports, build and run workers): %.1f s",
+                         tuning.warm_up(setup.builder, setup.runner, lightest.mod, target))
+
+            try:
+                result = tuning.compare(items, kinds, [int(s) for s in t.seeds], make_cost_model, setup,
+                                        before_first=warm, **run_args)
+            finally:
+                setup.builder.close()
+        else:
+            remote = tuning.Remote(ex, spec, xgb_warmup=int(t.xgb_warmup))
+            if ours is not None:
+                remote.ours = ours.to_bytes()
+                refits = "ours_update" in kinds or bool(t.costmodel["update"])
+                remote.ours_table = ours.training_table() if refits and t.costmodel.update_mode != "continue" else None
+            setup = tuning.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work)
+            result = tuning.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
     finally:
-        builder.close()
+        ex.close()
     end_to_end = result.end_to_end
-    for item in items:
-        if isinstance(item, Network) and len(end_to_end):
-            end_to_end = pd.concat([end_to_end, pd.DataFrame([item.untuned(setup)])], ignore_index=True)
+    hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
+    if len(hosts) > 1:
+        notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their latencies "
+                     f"compare only where the machines are of one kind.")
 
     def stamped(df: pd.DataFrame) -> pd.DataFrame:
         return (df if len(df) else pd.DataFrame(columns=TRIAL_COLUMNS)).rename(columns={"index": "trial"}).assign(
