@@ -4,8 +4,10 @@ The driver (the `python -m pipeline` process) owns the workspace; the nodes need
 shared filesystem. Each job travels with the bytes of the files it reads (kernel
 libraries are tens of KB, references a few KB) and comes back with its result and the
 bytes of the files it wrote, which the driver writes into the workspace before it hands
-the result to the stage. A cpu job asks for one CPU; a device job (timing, profiling)
-asks for `num_gpus=1` on CUDA targets, or for one unit of a per-node custom resource on
+the result to the stage; what every job of a map has (`shared`: a network, a model) goes
+into Ray's object store once, and each task gets it by reference. A cpu job asks for one
+CPU; a device job (timing, profiling, a tuning run) asks for `num_gpus=1` on CUDA targets,
+or for one unit of a per-node custom resource on
 CPU targets (`measure_resource`, declared with `ray start --resources='{"measure": 1}'`),
 so that no two timings share a machine. A job with a time limit runs in a child forked
 from its Ray worker (`executor.ForkedWorker`: the worker has TVM loaded already, so the
