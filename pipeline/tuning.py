@@ -123,6 +123,25 @@ def warm_up(builder, runner, mod, target) -> float:
     return time.perf_counter() - t0
 
 
+def warm_up_for(setup: "Setup", tasks: list) -> None:
+    """`warm_up` with the lightest of `tasks` (an unknown FLOP count counts as heaviest), logged."""
+    lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
+    log.info("warm-up (imports, build and run workers): %.1f s",
+             warm_up(setup.builder, setup.runner, lightest.mod, setup.target))
+
+
+def cost_models(*, ours, threads: int, xgb_warmup: int) -> Callable[[str, int], object]:
+    """`make_cost_model(kind, seed)` for `compare`: a fresh model of each kind per run."""
+    def make(kind: str, seed: int):
+        return tuning_models.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=xgb_warmup)
+    return make
+
+
+def run_folder(name: str, kind: str, seed: int) -> str:
+    """A run's work folder under the comparison's (`Setup.work`)."""
+    return f"{name}/{kind}-s{seed}"
+
+
 def quiet_console() -> None:
     """MetaSchedule's console handler takes its logger's level at each tuning call (it resets
     that level to DEBUG afterwards): keep the console to warnings; its log files keep everything.
@@ -363,6 +382,17 @@ class Remote:
     ours_table: object = None
     xgb_warmup: int = 100
 
+    @classmethod
+    def create(cls, executor, spec: dict, *, ours: PipelineCostModel | None, kinds: list[str],
+               xgb_warmup: int) -> "Remote":
+        """`ours` as bytes, with its training table only where a run will refit in the union
+        mode (ours_update, or ours with updates on, unless the mode is `continue`)."""
+        if ours is None:
+            return cls(executor, spec, xgb_warmup=xgb_warmup)
+        refits = "ours_update" in kinds or ours.update_enabled
+        table = ours.training_table() if refits and ours.update_mode != "continue" else None
+        return cls(executor, spec, ours.to_bytes(), table, xgb_warmup)
+
 
 # Per worker process of a cluster node: the Setup (builder, runner) and `ours` of the
 # comparison it serves, made at its first run and kept for the next ones.
@@ -379,41 +409,42 @@ def release_node() -> None:
 def tune_job(job: dict, root: str) -> dict:
     """One run of a comparison on a cluster node (see `Remote`): `tune_one` in `root`, or the
     untuned network's end-to-end row (kind UNTUNED)."""
-    item = job["item"]
+    item = job["items"][job["item"]]
     if _NODE.get("key") != job["key"]:
         release_node()
         setup = make_setup(job["spec"], Path(root))
         ours = PipelineCostModel.from_bytes(job["ours"], train_table=job["ours_table"]) if job["ours"] else None
-        lightest = min(item.tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))
-        log.info("warm-up (imports, build and run workers): %.1f s",
-                 warm_up(setup.builder, setup.runner, lightest.mod, setup.target))
+        warm_up_for(setup, item.tasks)
         _NODE.update(key=job["key"], setup=setup, ours=ours)
     setup = replace(_NODE["setup"], work=Path(root))
     if job["kind"] == UNTUNED:
-        return {**item.untuned(setup), "host": socket.gethostname()}
-
-    def make_cost_model(kind: str, seed: int):
-        return tuning_models.create(kind, seed=seed, threads=setup.threads, ours=_NODE["ours"],
-                                    xgb_warmup=int(job["xgb_warmup"]))
-
-    return tune_one(item, job["kind"], int(job["seed"]), make_cost_model, setup, Path(root) / job["work"])
+        return {"untuned": item.untuned(setup)}
+    make_cost_model = cost_models(ours=_NODE["ours"], threads=setup.threads, xgb_warmup=int(job["xgb_warmup"]))
+    return tune_one(item, job["kind"], int(job["seed"]), make_cost_model, setup,
+                    Path(root) / run_folder(item.name, job["kind"], int(job["seed"])))
 
 
 def _run_remote(remote: Remote, todo: list[tuple], untuned: list, setup: Setup) -> Iterator[dict]:
     """The runs of `todo` ((item, seed, kind)) and the untuned networks as jobs of
     `remote.executor`, a run's database written under `setup.work`; yields each run's result
-    (a lost job is a row with its error) and, for an untuned network, {"untuned": row}."""
+    (a lost job is a row with its error) and, for an untuned network, {"untuned": row} (None
+    with its `error` when that job was lost). The items go out once, with the rest that every
+    job has; a job names its item."""
     key = f"{setup.work}-{time.time_ns()}"  # a new Setup on every node for each comparison
-    shared = {"key": key, "spec": remote.spec, "ours": remote.ours, "ours_table": remote.ours_table,
+    shared = {"key": key, "items": {item.name: item for item, _, _ in todo} | {item.name: item for item in untuned},
+              "spec": remote.spec, "ours": remote.ours, "ours_table": remote.ours_table,
               "xgb_warmup": remote.xgb_warmup}
-    jobs = [{"item": item, "kind": kind, "seed": seed, "work": f"{item.name}/{kind}-s{seed}",
-             "writes": [f"{item.name}/{kind}-s{seed}/{f}" for f in DATABASE_FILES]} for item, seed, kind in todo]
-    jobs += [{"item": item, "kind": UNTUNED, "seed": -1, "work": f"{item.name}/{UNTUNED}"} for item in untuned]
+    jobs = [{"item": item.name, "kind": kind, "seed": seed,
+             "writes": [f"{run_folder(item.name, kind, seed)}/{f}" for f in DATABASE_FILES]}
+            for item, seed, kind in todo]
+    jobs += [{"item": item.name, "kind": UNTUNED, "seed": -1} for item in untuned]
 
     def failed(job: dict, reason: str) -> dict:
-        row = {"task": job["item"].name, "cost_model": job["kind"], "seed": job["seed"], "wall_s": float("nan"),
+        if job["kind"] == UNTUNED:
+            return {"untuned": None, "error": reason[:500], "network": job["item"]}
+        row = {"task": job["item"], "cost_model": job["kind"], "seed": job["seed"], "wall_s": float("nan"),
                "refits": None, "error": reason[:500], "host": None}
-        return {"row": row, "trials": [], "end_to_end": None, "untuned_failed": job["kind"] == UNTUNED}
+        return {"row": row, "trials": [], "end_to_end": None}
 
     log.info("tuning %d runs on %s", len(todo), remote.executor.describe(device=True))
     for results in remote.executor.map(tune_job, jobs, root=setup.work, failed=failed, device=True, shared=shared):
@@ -437,7 +468,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
     todo = []
     for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
-        work_dir = setup.work / item.name / f"{kind}-s{seed}"
+        work_dir = setup.work / run_folder(item.name, kind, seed)
         saved = work_dir / "result.json"
         if reuse and saved.is_file():
             done = json.loads(saved.read_text())
@@ -459,7 +490,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             new_trials.extend(done["trials"])
             if done["end_to_end"] is not None:
                 e2e.append(done["end_to_end"])
-            _save_run(setup.work / row["task"] / f"{row['cost_model']}-s{row['seed']}" / "result.json", done)
+            _save_run(setup.work / run_folder(row["task"], row["cost_model"], row["seed"]) / "result.json", done)
         elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
             dropped[row["cost_model"]] = row["error"]
             log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
@@ -470,12 +501,12 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
         with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
             for done in _run_remote(remote, todo, networks, setup):
                 bar.update(1)
-                if "row" not in done:
-                    untuned_rows.append({k: v for k, v in done.items() if k != "host"})
-                elif done.get("untuned_failed"):
-                    log.error("timing %s untuned failed: %s", done["row"]["task"], done["row"]["error"])
-                else:
+                if "untuned" not in done:
                     keep(done)
+                elif done["untuned"] is not None:
+                    untuned_rows.append(done["untuned"])
+                else:
+                    log.error("timing %s untuned failed: %s", done["network"], done["error"])
     else:
         for item, seed, kind in progress(todo, desc="tune", unit="run"):
             if kind in dropped:
@@ -483,7 +514,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             if before_first is not None:
                 before_first()
                 before_first = None
-            keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / item.name / f"{kind}-s{seed}"))
+            keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / run_folder(item.name, kind, seed)))
         timed = {row["network"] for row in e2e}
         untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
     if e2e:

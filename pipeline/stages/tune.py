@@ -84,26 +84,15 @@ def run(cfg) -> dict:
     try:
         if ex.runs_here:
             setup = tuning.make_setup(spec, work)
-
-            def make_cost_model(kind: str, seed: int):
-                return tuning_models.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=int(t.xgb_warmup))
-
-            def warm() -> None:
-                lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
-                log.info("warm-up (imports, build and run workers): %.1f s",
-                         tuning.warm_up(setup.builder, setup.runner, lightest.mod, target))
-
             try:
-                result = tuning.compare(items, kinds, [int(s) for s in t.seeds], make_cost_model, setup,
-                                        before_first=warm, **run_args)
+                result = tuning.compare(
+                    items, kinds, [int(s) for s in t.seeds],
+                    tuning.cost_models(ours=ours, threads=threads, xgb_warmup=int(t.xgb_warmup)), setup,
+                    before_first=lambda: tuning.warm_up_for(setup, tasks), **run_args)
             finally:
                 setup.builder.close()
         else:
-            remote = tuning.Remote(ex, spec, xgb_warmup=int(t.xgb_warmup))
-            if ours is not None:
-                remote.ours = ours.to_bytes()
-                refits = "ours_update" in kinds or bool(t.costmodel["update"])
-                remote.ours_table = ours.training_table() if refits and t.costmodel.update_mode != "continue" else None
+            remote = tuning.Remote.create(ex, spec, ours=ours, kinds=kinds, xgb_warmup=int(t.xgb_warmup))
             setup = tuning.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work)
             result = tuning.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
     finally:
