@@ -29,6 +29,9 @@ agree with the stored labels only this often.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -131,6 +134,17 @@ def main() -> None:
     if baseline is not None:
         print(f"stored labels vs the baseline's (pairwise accuracy against the re-measurement): "
               f"{mean['stored pair'] / mean['baseline pair']:.2f}x")
+    report = {"tasks": len(rows), "records": args.records, "rounds": args.rounds, "repeats": timer.repeat,
+              "seconds": round(time.perf_counter() - t0, 1), "load_avg_after": os.getloadavg()[0],
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "one_pass_pair": mean["one pass pair"], "one_pass_top1": mean["one pass top-1"],
+              "min_half_pair": mean["min of half pair"], "min_half_top1": mean["min of half top-1"],
+              "stored_pair": mean["stored pair"], "stored_top1": mean["stored top-1"],
+              "command": "python benchmarks/measurement_noise.py " + " ".join(sys.argv[1:])}
+    out = ws.root / "reports" / "measurement_noise.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({k: float(v) if isinstance(v, np.floating) else v for k, v in report.items()}, indent=2))
+    print(f"written: {out} (stage=release puts it on the dataset card)")
 
 
 if __name__ == "__main__":

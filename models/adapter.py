@@ -1,6 +1,7 @@
 """A cost model trained by this pipeline, as a MetaSchedule cost model.
 
     from models.adapter import PipelineCostModel
+    cm = PipelineCostModel.from_pretrained("zoo_ops-llvm-epyc2-v1-mlp-all")  # a released model
     cm = PipelineCostModel.from_uri("models:/ops-llvm-cost-model@best-static")  # or .from_path(folder)
     ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm)
 
@@ -9,7 +10,7 @@ can be computed for them: the adapter runs MetaSchedule's own PerStoreFeature on
 candidates (the extractor that stage=collect runs on the dataset's traces) and rebuilds
 from its per-store rows exactly the columns the model was trained on (`static.<agg>.<feature>`
 aggregates, `static.n_stores`, and the per-store rows of store models; see
-features/schema.py). A model trained on profiler counters (features=profiler or all) is
+pipeline/core/schema.py). A model trained on profiler counters (features=profiler or all) is
 refused: counters exist only after a kernel has run.
 
 Scores: MetaSchedule clamps scores below zero to zero and samples parents in proportion to
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tarfile
 import tempfile
 import time
@@ -54,6 +56,7 @@ from features import static
 from models import pyfunc, registry
 from models.base import CostModel, FeatureSpec
 from models.tables import TrainingTable, build_table
+from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
@@ -65,6 +68,17 @@ N_STORES = "n_stores"
 FAILED_COST = 1e10  # MetaSchedule's run time of a failed candidate
 EPS = 1e-3
 MS_XGB = "ms_xgb"
+
+
+class TargetKindError(ValueError):
+    """A model asked to score programs of a target kind it was not trained on."""
+
+
+def release_search() -> list[Path]:
+    """Where released models are looked up by name: $PIPELINE_RELEASES, ./data/releases,
+    then the project's own data/releases."""
+    env = [Path(p) for p in os.environ.get("PIPELINE_RELEASES", "").split(os.pathsep) if p]
+    return [*env, Path.cwd() / "data" / "releases", Path(__file__).resolve().parents[1] / "data" / "releases"]
 
 
 class FeatureMismatchError(ValueError):
@@ -124,7 +138,7 @@ def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
     bad = [c for c in spec.store_columns if c not in names]
     if bad:
         raise FeatureMismatchError(f"{source}: per-store column(s) {bad[:5]} are not PerStoreFeature values "
-                                   f"(features/schema.py PER_STORE_FEATURE_NAMES)")
+                                   f"(pipeline/core/schema.py PER_STORE_FEATURE_NAMES)")
     if build:
         log.warning("%s uses %d build-time column(s) (%s...): unknown before a candidate is compiled, given "
                     "as missing values; train with features.exclude='[^cuda\\.]' to avoid them",
@@ -381,11 +395,40 @@ class PipelineCostModel(PyCostModel):
             path.write_bytes(data)
             return cls.from_file(path, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, name: str | Path, *, search=None, **kwargs) -> "PipelineCostModel":
+        """A released pretrained model (stage=release), by name or by the path of its folder.
+
+        By name it is looked up in `search` (default: $PIPELINE_RELEASES, ./data/releases,
+        then the project's own data/releases); its files are verified against the manifest
+        before anything is loaded. The model's held-out test tasks become `exclude_tasks`, so
+        an online refit never learns them."""
+        folder = release.find(name, release_search() if search is None else search)
+        manifest = release.verify(folder, kind="model")
+        info = {"pretrained": manifest["name"], "path": str(folder), "run_id": manifest.get("run_id"),
+                "uri": f"pretrained:{manifest['name']}",
+                **{k: manifest.get(k) for k in ("model", "features", "split", "training_release",
+                                                "test_networks", "test_tasks", "trained_tasks", "target_kind")}}
+        info["split_known"] = manifest.get("split") is not None
+        kwargs.setdefault("exclude_tasks", list(manifest.get("test_tasks") or []))
+        kwargs.setdefault("source", f"pretrained:{manifest['name']}")
+        return cls(pyfunc.load_cost_model(str(folder / "model")), info=info, **kwargs)
+
+    def check_target(self, target) -> None:
+        """Refuse candidates of a target kind the model was not trained on (a CPU model's
+        scores of CUDA programs would be noise that still steers the search)."""
+        kind = "cuda" if target.kind.name == "cuda" else "cpu"
+        trained = getattr(self.model.spec, "target_kind", None) or "cpu"
+        if kind != trained:
+            raise TargetKindError(f"{self.source} was trained on {trained} programs and cannot score candidates for "
+                                  f"target kind {target.kind.name!r}: use a model trained on a {kind} workspace")
+
     # -- MetaSchedule's interface
 
     def predict(self, context, candidates) -> np.ndarray:
         if len(candidates) == 0:
             return np.zeros(0, np.float64)
+        self.check_target(context.target)
         if self.plan is None:
             return np.asarray(self.model.ms_model.predict(context, candidates), np.float64)
         records, stores, offsets = model_inputs(self._features(context, candidates), self.plan)
@@ -395,6 +438,7 @@ class PipelineCostModel(PyCostModel):
     def update(self, context, candidates, results) -> None:
         if len(candidates) == 0:
             return
+        self.check_target(context.target)
         per_store = self._features(context, candidates)
         costs = [run_cost(r) for r in results]
         self.session.add(shash2hex(context.mod), per_store, costs)

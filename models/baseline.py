@@ -10,6 +10,14 @@ training, on all data, after the last task's update (XGBModel retrains from scra
 so the retrains its adaptive schedule would run after earlier tasks change nothing but the
 time).
 Predictions come from `predict(context, candidates)` on the test records.
+
+The features: XGBModel's extractor is PerStoreFeature with its defaults, which is what
+stage=collect ran on the same traces (features/static.py) and stored as `static_stores`. So
+the training and evaluation hand XGBModel those stored rows through an extractor that returns
+them (`StoredFeatures`) instead of replaying every trace into a schedule and extracting them
+again; XGBModel's own update/predict code runs unchanged (called on its Python object, as the
+FFI dispatch would), and the model is saved with PerStoreFeature, as tuning uses it. Without
+stored rows (a table of another feature set) it extracts them from the replayed schedules.
 """
 
 from __future__ import annotations
@@ -18,8 +26,10 @@ import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import tvm
 import xgboost as xgb
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
@@ -35,6 +45,23 @@ from pipeline.core.workspace import Workspace, read_table
 log = logging.getLogger(__name__)
 
 N_PER_STORE = 164  # PerStoreFeature's vector length with its default settings
+
+
+class StoredFeatures:
+    """A feature extractor that returns per-store rows already extracted (in candidate order)."""
+
+    def __init__(self):
+        self.pending: list[np.ndarray] = []
+
+    def extract_from(self, context, candidates) -> list:
+        out, self.pending = self.pending, []
+        if len(out) != len(candidates):
+            raise RuntimeError(f"{len(out)} stored feature rows for {len(candidates)} candidates")
+        return [tvm.runtime.tensor(np.ascontiguousarray(x, dtype=np.float32)) for x in out]
+
+
+def per_record(stores: np.ndarray, offsets: np.ndarray, rows) -> list[np.ndarray]:
+    return [stores[offsets[i]:offsets[i + 1]] for i in rows]
 
 
 class MSXGBModel(CostModel):
@@ -74,6 +101,15 @@ class MSXGBModel(CostModel):
         self._traces = cands.dropna(subset=["trace_json"]).drop_duplicates("record_id").set_index("record_id")["trace_json"]
         self._workloads = D.read_workload_lines(self.ws)
 
+    def _stored(self, table) -> bool:
+        return table.stores is not None and len(table.spec.store_columns) == N_PER_STORE
+
+    def _placeholders(self, task_id: str, n: int):
+        """(context, candidates) whose only use is their task and count: the features come stored."""
+        task = self._tasks.loc[task_id]
+        mod = ms.database.Workload.from_json(self._workloads[int(task["workload_index"])]).mod
+        return SimpleNamespace(mod=mod), [None] * n
+
     def _context_and_candidates(self, task_id: str, record_ids: list[str]):
         preload_tensor_intrin()  # what TuneContext imports, the fast way (seconds, not minutes)
         task = self._tasks.loc[task_id]
@@ -101,16 +137,26 @@ class MSXGBModel(CostModel):
             early_stopping_rounds=self.early_stopping_rounds,
             adaptive_training=True,
         )
-        groups = list(train.frame.groupby("task_id", sort=True))
+        stored = self._stored(train)
+        model = self.ms_model._inst  # XGBModel's Python object: its own update, with stored features
+        if stored:
+            model.extractor = StoredFeatures()
+        frame = train.frame.reset_index(drop=True)
+        groups = list(frame.groupby("task_id", sort=True))
         # adaptive training skips a retrain until the data grew by a fifth since the last one:
         # a last size beyond reach defers the one training to the final update
-        self.ms_model.last_train_size = 1 << 62
+        model.last_train_size = 1 << 62
         for i, (tid, g) in enumerate(progress(groups, desc="ms_xgb update", unit="task", leave=False)):
-            ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
+            if stored:
+                ctx, cands = self._placeholders(tid, len(g))
+                model.extractor.pending = per_record(train.stores, train.offsets, g.index)
+            else:
+                ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
             results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in g["mean_s"]]
             if i == len(groups) - 1:
-                self.ms_model.adaptive_training = False  # the last update trains on everything
-            self.ms_model.update(ctx, cands, results)
+                model.adaptive_training = False  # the last update trains on everything
+            model.update(ctx, cands, results)
+        model.extractor = ms.feature_extractor.PerStoreFeature()  # what tuning hands it: schedules
         self.info = {"tasks": len(groups), "data_size": int(self.ms_model.data_size),
                      "boosted_rounds": int(self.ms_model.booster.num_boosted_rounds()) if self.ms_model.booster else 0}
         return self.info
@@ -124,9 +170,20 @@ class MSXGBModel(CostModel):
         self._load_ws()
         out = np.zeros(len(table), dtype=np.float64)
         frame = table.frame.reset_index(drop=True)
-        for tid, g in frame.groupby("task_id", sort=True):
-            ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
-            out[g.index.to_numpy()] = self.ms_model.predict(ctx, cands)
+        model = self.ms_model._inst
+        if not self._stored(table):
+            for tid, g in frame.groupby("task_id", sort=True):
+                ctx, cands = self._context_and_candidates(tid, g["record_id"].tolist())
+                out[g.index.to_numpy()] = self.ms_model.predict(ctx, cands)
+            return out
+        model.extractor = StoredFeatures()
+        try:
+            for tid, g in frame.groupby("task_id", sort=True):
+                ctx, cands = self._placeholders(tid, len(g))
+                model.extractor.pending = per_record(table.stores, table.offsets, g.index)
+                out[g.index.to_numpy()] = model.predict(ctx, cands)
+        finally:
+            model.extractor = ms.feature_extractor.PerStoreFeature()
         return out
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:

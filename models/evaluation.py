@@ -29,6 +29,26 @@ COUNTS = ("n_tasks", "n_tasks_topk")
 MEAN = "mean"
 
 
+RANDOM = "random"
+
+
+def with_random_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (run_frame) with a `random` model row per (features, split, heldout, seed):
+    a random pick's exact expected top-k scores on the same test records (the runs' own
+    test_random_* metrics), pairwise accuracy 0.5 and rank correlation 0 by definition."""
+    if frame.empty or "test_random_top1_score" not in frame.columns:
+        return frame
+    keys = ["features", "split", "heldout", "seed"]
+    runs = frame.dropna(subset=["test_random_top1_score"]).drop_duplicates(keys)
+    if runs.empty:
+        return frame
+    rows = runs[keys].assign(model=RANDOM, test_top1_score=runs["test_random_top1_score"],
+                             test_top5_score=runs.get("test_random_top5_score"), test_pair_acc=0.5,
+                             test_spearman=0.0, test_n_tasks=runs.get("test_n_tasks"),
+                             test_n_tasks_topk=runs.get("test_n_tasks_topk"))
+    return pd.concat([frame, rows], ignore_index=True)
+
+
 def run_frame(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per training run: KEYS, then every val_/test_ metric the runs logged (float)."""
     out = pd.DataFrame({"model": runs["tags.model"], "features": runs["tags.features"], "split": runs["tags.split"],
@@ -123,3 +143,80 @@ def with_spread(table: pd.DataFrame, cols: list[str], digits: int = 3) -> pd.Dat
                 text.append(f"{v:.{digits}f} [{lo.iloc[i]:.{digits}f}, {hi.iloc[i]:.{digits}f}]")
         out[c] = text
     return out.drop(columns=[f"{c}{s}" for c in cols for s in ("_min", "_max") if f"{c}{s}" in out.columns])
+
+
+# ---------------------------------------------------------------------- paired intervals
+
+REFERENCE = "ms_xgb"
+LEVEL = 0.90
+
+
+def _scores(best: np.ndarray, picked: np.ndarray, w: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """TenSet's weighted score of each resample: rows of `idx` are task positions."""
+    return (w[idx] * best[..., idx]).sum(-1) / (w[idx] * picked[..., idx]).sum(-1)
+
+
+def paired_intervals(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference: str = REFERENCE,
+                     metric: str = "top1", resamples: int = 2000, level: float = LEVEL,
+                     seed: int = 0) -> pd.DataFrame:
+    """Each model minus `reference` on the same held-out tasks: the difference of TenSet's
+    top-k score (`metric` top1 | top5 | random_top1 ...) with a paired bootstrap interval over
+    tasks.
+
+    `per_task`: one row per (features, model, heldout, seed, task_id) with best_s and
+    `<metric>_s`, only the tasks that the top-k figures count; `weights`: (heldout, task_id,
+    weight), the calls of each task in its held-out network. The tasks of a network are
+    resampled with replacement, the same resample for both models and every seed; the
+    difference is the mean over seeds of the two scores' difference. The `mean` row of a
+    (features, model) averages the networks' differences, each network resampled on its own.
+    Rows: features, model, heldout, diff, lo, hi, n_tasks, n_seeds."""
+    col = f"{metric}_s"
+    if per_task.empty or col not in per_task.columns:
+        return pd.DataFrame()
+    rng = np.random.default_rng(seed)
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    rows, draws = [], {}
+    for (features, heldout), g in per_task.groupby(["features", "heldout"], sort=True):
+        tasks = sorted(set(g["task_id"]))
+        w = weights[weights["heldout"] == heldout].set_index("task_id")["weight"].reindex(tasks).fillna(1.0)
+        w = w.to_numpy(dtype=np.float64)
+        idx = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
+
+        def matrix(model: str):
+            m = g[g["model"] == model].pivot_table(index="seed", columns="task_id", values=["best_s", col])
+            if m.empty or m["best_s"].reindex(columns=tasks).isna().any().any():
+                return None
+            return m["best_s"].reindex(columns=tasks).to_numpy(), m[col].reindex(columns=tasks).to_numpy(), \
+                list(m.index)
+
+        ref = matrix(reference)
+        if ref is None:
+            continue
+        for model in sorted(set(g["model"]) - {reference}):
+            mine = matrix(model)
+            if mine is None:
+                continue
+            seeds = sorted(set(mine[2]) & set(ref[2]))
+            if not seeds:
+                continue
+            a = [mine[2].index(s) for s in seeds]
+            r = [ref[2].index(s) for s in seeds]
+            full = np.arange(len(tasks))[None, :]
+            point = (_scores(mine[0][a], mine[1][a], w, full) - _scores(ref[0][r], ref[1][r], w, full)).mean()
+            boot = np.stack([_scores(mine[0][a][i], mine[1][a][i], w, idx) - _scores(ref[0][r][j], ref[1][r][j], w, idx)
+                             for i, j in zip(range(len(a)), range(len(r)))]).mean(0)
+            draws.setdefault((features, model), []).append((point, boot))
+            lo, hi = np.quantile(boot, q)
+            rows.append({"features": features, "model": model, "heldout": heldout, "diff": float(point),
+                         "lo": float(lo), "hi": float(hi), "n_tasks": len(tasks), "n_seeds": len(seeds)})
+    for (features, model), parts in sorted(draws.items()):
+        if len(parts) < 2:
+            continue
+        point = float(np.mean([p for p, _ in parts]))
+        boot = np.mean([b for _, b in parts], axis=0)
+        lo, hi = np.quantile(boot, q)
+        rows.append({"features": features, "model": model, "heldout": MEAN, "diff": point, "lo": float(lo),
+                     "hi": float(hi), "n_tasks": int(sum(r["n_tasks"] for r in rows if r["model"] == model
+                                                         and r["features"] == features and r["heldout"] != MEAN)),
+                     "n_seeds": min(r["n_seeds"] for r in rows if r["model"] == model and r["features"] == features)})
+    return pd.DataFrame(rows, columns=["features", "model", "heldout", "diff", "lo", "hi", "n_tasks", "n_seeds"])

@@ -18,6 +18,8 @@ Over groups of tasks (TenSet's weighted score, e.g. per held-out network):
   top1_score, top5_score   sum(w * best latency) / sum(w * latency of the best of the top-k
                     predicted), averaged over the groups; w = task weight (calls per network).
                     A workspace without networks (the operator suite) is one group.
+  random_top1_score, random_top5_score   the same score for a pick of k records at random:
+                    its expected latency in the denominator, computed exactly (no draw).
 
 Top-k figures (peak1, peak5, top1_score, top5_score) count only tasks with at least
 `topk_min_records` evaluated records: the best of 6 records says little about picking the
@@ -32,11 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.special import gammaln
 
 TASK_METRICS = ("rmse", "r2", "spearman", "kendall", "pair_acc", "peak1", "peak5", "recall32of128", "recall25pct")
 GROUP_METRICS = ("top1_score", "top5_score")
+# A random pick's top-k scores on the same records (exact expectation, not a draw): the row
+# every table needs beside the models' to tell a figure from chance.
+RANDOM_METRICS = ("random_top1_score", "random_top5_score")
 ALL_METRICS = TASK_METRICS + GROUP_METRICS
-TOPK_METRICS = ("peak1", "peak5", "top1_score", "top5_score")  # counted over tasks with enough records
 #: what a model may early-stop on: its own loss, or `ranking_metric` of the validation part
 STOP_METRICS = ("loss", "peak1", "peak5", "apeak32", "pair_acc")
 
@@ -146,6 +151,26 @@ def task_metrics(labels: np.ndarray, scores: np.ndarray, calibrated: bool = True
     return out
 
 
+def expected_random_best(latencies: np.ndarray, k: int) -> float:
+    """E[min latency of k records drawn at random without replacement], exactly: with the
+    latencies sorted, the i-th best (1-based) is the best of the draw with probability
+    C(n - i, k - 1) / C(n, k)."""
+    lat = np.sort(np.asarray(latencies, dtype=np.float64))
+    n = len(lat)
+    if n == 0:
+        return float("nan")
+    k = min(int(k), n)
+    i = np.arange(1, n + 1)
+    # log C(n - i, k - 1) - log C(n, k), zero where n - i < k - 1
+    def logc(a, b):
+        return gammaln(a + 1) - gammaln(b + 1) - gammaln(a - b + 1)
+
+    ok = (n - i) >= (k - 1)
+    p = np.zeros(n)
+    p[ok] = np.exp(logc(n - i[ok], k - 1) - logc(n, k))
+    return float(np.dot(p, lat))
+
+
 def weighted_topk_score(frame: pd.DataFrame, k: int) -> float:
     """TenSet's score for one group of tasks: sum(w*best latency) / sum(w*latency at top-k).
 
@@ -199,26 +224,39 @@ def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, s
         m = task_metrics(y, s, calibrated=calibrated, seed=seed)
         order = np.argsort(-s, kind="stable")
         rows.append({"task_id": tid, "n": len(g), "topk": len(g) >= topk_min_records, "best_s": lat.min(),
-                     "top1_s": lat[order[:1]].min(), "top5_s": lat[order[:5]].min(), **m})
-    per_task = pd.DataFrame(rows, columns=["task_id", "n", "topk", "best_s", "top1_s", "top5_s", *TASK_METRICS])
+                     "top1_s": lat[order[:1]].min(), "top5_s": lat[order[:5]].min(),
+                     "random_top1_s": float(lat.mean()), "random_top5_s": expected_random_best(lat, 5), **m})
+    per_task = pd.DataFrame(rows, columns=["task_id", "n", "topk", "best_s", "top1_s", "top5_s", "random_top1_s",
+                                           "random_top5_s", *TASK_METRICS])
     counted = set(per_task.loc[per_task["topk"], "task_id"])
     grouped = df[df["task_id"].isin(counted)].merge(members[["task_id", "group", "weight"]], on="task_id", how="inner")
     all_groups = members.loc[members["task_id"].isin(set(per_task["task_id"])), ["task_id", "group"]]
     grows = []
     for name, g in all_groups.groupby("group", sort=True):
         sub = grouped[grouped["group"] == name]
+        picks = per_task[per_task["task_id"].isin(set(sub["task_id"]))].merge(
+            members.loc[members["group"] == name, ["task_id", "weight"]], on="task_id")
         grows.append({"group": name, "n_tasks": g["task_id"].nunique(), "n_tasks_topk": sub["task_id"].nunique(),
-                      "top1_score": weighted_topk_score(sub, 1), "top5_score": weighted_topk_score(sub, 5)})
-    per_group = pd.DataFrame(grows, columns=["group", "n_tasks", "n_tasks_topk", *GROUP_METRICS])
+                      "top1_score": weighted_topk_score(sub, 1), "top5_score": weighted_topk_score(sub, 5),
+                      **{f"random_top{k}_score": group_score(picks, f"random_top{k}_s") for k in (1, 5)}})
+    per_group = pd.DataFrame(grows, columns=["group", "n_tasks", "n_tasks_topk", *GROUP_METRICS, *RANDOM_METRICS])
     summary = {m: _nanmean(per_task[m]) for m in TASK_METRICS}
     for m in ("peak1", "peak5"):
         summary[m] = _nanmean(per_task.loc[per_task["topk"], m])
-    summary.update({m: _nanmean(per_group[m]) for m in GROUP_METRICS})
+    summary.update({m: _nanmean(per_group[m]) for m in (*GROUP_METRICS, *RANDOM_METRICS)})
     summary["n_records"] = float(len(df))
     summary["n_tasks"] = float(len(per_task))
     summary["n_tasks_topk"] = float(len(counted))
     summary["n_tasks_recall32of128"] = float(per_task["recall32of128"].notna().sum())
     return Evaluation(per_task, per_group, summary)
+
+
+def group_score(per_task: pd.DataFrame, picked: str) -> float:
+    """TenSet's weighted score from per-task latencies: sum(w * best_s) / sum(w * `picked`)
+    (`picked`: top1_s, top5_s, random_top1_s, ...; columns task_id, weight, best_s)."""
+    w = per_task["weight"].to_numpy(dtype=np.float64)
+    achieved = float(np.dot(w, per_task[picked].to_numpy(dtype=np.float64)))
+    return float(np.dot(w, per_task["best_s"].to_numpy(dtype=np.float64)) / achieved) if achieved > 0 else float("nan")
 
 
 def _nanmean(col: pd.Series) -> float:

@@ -78,14 +78,23 @@ def _by_units(units: np.ndarray, rows: np.ndarray, fraction: float, rng, min_lef
     return rows[~mask], rows[mask], held
 
 
+VAL_UNITS = ("tasks", "network")
+
+
 def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: float = 0.2,
                val_fraction: float = 0.2, test_networks: list[str] | None = None,
-               members: pd.DataFrame | None = None) -> Split:
+               members: pd.DataFrame | None = None, val_unit: str = "tasks") -> Split:
     """Split the records of `frame` (columns task_id, network) into train/val/test positions.
 
     For by_network, `members` (task_id, group = network or "all") says which networks call a
     task; a task of a held-out network is held out even when a training network calls it
-    too (TenSet's rule: no test task is trained on)."""
+    too (TenSet's rule: no test task is trained on). `val_unit="network"` (by_network only)
+    validates on one whole training network, as the test holds out a whole network (nested
+    leave-one-network-out: seed s takes the s-th training network in name order, so seeds
+    0..k-1 validate on each of k training networks in turn); with fewer than 2 training
+    networks the validation part is cut by tasks, and `info["val_unit"]` says so."""
+    if val_unit not in VAL_UNITS:
+        raise SplitError(f"split.val_unit={val_unit!r}; valid: {', '.join(VAL_UNITS)}")
     if kind not in KINDS:
         raise SplitError(f"split={kind!r} is not a split; valid: {', '.join(KINDS)}")
     rng = np.random.default_rng(seed)
@@ -132,6 +141,13 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
             raise SplitError(f"split=by_network: holding out {held} leaves no training records")
         info["test_networks"] = held
         info["test_tasks"] = sorted(set(tasks[test].tolist()))
+        training = [n for n in names if n not in held]
+        if val_unit == "network" and len(training) >= 2:
+            vnet = training[int(seed) % len(training)]
+            vtasks = set(members.loc[members["group"] == vnet, "task_id"]) - held_tasks
+            vmask = np.isin(tasks[pool], list(vtasks))
+            info.update(val_unit="network", val_networks=[vnet], val_tasks=sorted(set(tasks[pool][vmask].tolist())))
+            return Split(kind, seed, np.sort(pool[~vmask]), np.sort(pool[vmask]), np.sort(test), info)
     if len(set(tasks[pool].tolist())) >= 3:
         train, val, vheld = _by_units(tasks, pool, val_fraction, rng, min_left=1)
         info["val_unit"] = "tasks"

@@ -387,6 +387,17 @@ def _log_values(values: dict) -> None:
     mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None and np.isfinite(float(v))})
 
 
+def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
+    """The per-task tables (`<part>_per_task.json`) of training runs, one frame with each
+    run's id; empty when no run logged one."""
+    if runs.empty:
+        return pd.DataFrame()
+    try:
+        return mlflow.load_table(f"{part}_per_task.json", run_ids=list(runs["run_id"]), extra_columns=["run_id"])
+    except mlflow.exceptions.MlflowException:
+        return pd.DataFrame()
+
+
 def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,
                    tags: dict | None = None) -> str:
     """One MLflow run (tag stage=compare) with stage=compare's aggregated tables (MLflow

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models import tracking
-from models.adapter import FeatureMismatchError, PipelineCostModel
+from models.adapter import FeatureMismatchError, PipelineCostModel, release_search
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
 from pipeline.core.workspace import Workspace, read_table
@@ -97,6 +97,9 @@ def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None
     return KINDS[kind](seed=int(seed), threads=int(threads), ours=ours, xgb_warmup=xgb_warmup)
 
 
+PRETRAINED = "pretrained:"  # tune.model_uri=pretrained:<release name or folder>
+
+
 def model_uri(cfg) -> tuple[str, bool]:
     """(model URI, whether it is the default) for `ours`."""
     uri = cfg.tune.get("model_uri")
@@ -117,6 +120,12 @@ def load_ours(cfg) -> tuple[PipelineCostModel, str]:
                   threads=int(cfg.jobs) or os.cpu_count() or 1)
     if cm.get("path"):
         return PipelineCostModel.from_path(str(cm.path), **kwargs), str(cm.path)
+    if uri.startswith(PRETRAINED):
+        search = [Path(str(cfg.paths.releases)), *release_search()]
+        try:
+            return PipelineCostModel.from_pretrained(uri[len(PRETRAINED):], search=search, **kwargs), uri
+        except PipelineError as e:
+            raise TuneError(f"tune.model_uri={uri}: {e}") from e
     try:
         return PipelineCostModel.from_uri(uri, **kwargs), uri
     except FeatureMismatchError as e:
@@ -150,6 +159,8 @@ class HeldOut:
 def training_tasks(info: dict) -> tuple[set[str] | None, str]:
     """Task ids a model was trained (or early-stopped) on: its run's workspace tasks minus the
     split's held-out test tasks; None with the reason when that cannot be read here."""
+    if info.get("trained_tasks") is not None:  # a released model names them
+        return set(info["trained_tasks"]), ""
     if not info.get("run_id"):
         return None, "it was loaded from a folder, not an MLflow run, so its training tasks are unknown"
     path = info.get("workspace_path")

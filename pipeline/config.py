@@ -41,6 +41,19 @@ from pipeline.core.errors import PipelineError
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
+def _release_name(release) -> str:
+    """dataset=release's name: the release folder's name, given by name or by path."""
+    return Path(str(release)).name if release not in (None, "", "None") else "release"
+
+
+def _release_workspace(release, labels) -> str:
+    return _release_name(release) + ("" if labels in (True, "true", "True") else "-relabel")
+
+
+OmegaConf.register_new_resolver("release_name", _release_name, replace=True)
+OmegaConf.register_new_resolver("release_workspace", _release_workspace, replace=True)
+
+
 class ConfigError(PipelineError):
     """Settings that no stage can run with; one line per bad setting."""
 
@@ -176,6 +189,10 @@ RULES: dict[str, Rule] = {
     "split.test_fraction": FRACTION,
     "split.val_fraction": FRACTION,
     "split.seed": integer(0),
+    "split.val_unit": Rule("name", choices="models.splits.VAL_UNITS"),
+    "dataset.labels": SWITCH,
+    "release.dataset": SWITCH,
+    "release.version": integer(1),
     "train.predict_batch": integer(1),
     "train.threads": integer(0),
     "train.topk_min_records": integer(1),

@@ -202,3 +202,61 @@ def test_positive_scores_keep_order():
         s = positive_scores(raw, calibrated)
         assert (s > 0).all() and (np.diff(s) >= 0).all()
     assert positive_scores(np.array([0.5]), True)[0] == 0.5
+
+
+@pytest.fixture(scope="module")
+def store_models(collected_workspace, tmp_path_factory):
+    """The per-store models (MLP, pack-sum GBDTs, their ensemble) and MetaSchedule's XGBModel,
+    trained by stage=train with held-out tasks (split=by_task) into a test-only MLflow store:
+    run ids by model name."""
+    import mlflow
+
+    root, over = collected_workspace
+    db = tmp_path_factory.mktemp("mlflow_store_models") / "mlflow.db"
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "features=static", "split=by_task",
+            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb]", "model.mlp.max_epochs=5"]
+    run_stage("train", over)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(search_all_experiments=True)
+    return root, {m: rid for m, rid in zip(runs["tags.model"], runs["run_id"])}
+
+
+@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb"])
+def test_store_models_through_metaschedule_predict_and_update(store_models, model):
+    """Each per-store path and ms_xgb, called as MetaSchedule's search calls a cost model
+    (through the C++ interface): a positive float64 score per candidate that ranks the
+    candidates (not a constant), and an online update that refits without the held-out test
+    tasks of the model's split."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from models.adapter import PipelineCostModel, positive_scores
+    from models.tables import build_table
+    from pipeline.core.workspace import Workspace
+
+    root, runs = store_models
+    cm = PipelineCostModel.from_uri(f"runs:/{runs[model]}/model", threads=1, update=True, update_every=1)
+    inner = cm._inst
+    held = inner.info["test_tasks"]
+    assert inner.info["split"] == "by_task" and len(held) == 1 and inner.exclude_tasks == tuple(held)
+    ctx, cands, rids, secs = _task_candidates(root)
+    scores = ms.cost_model.CostModel.predict(cm, ctx, cands)
+    assert scores.dtype == np.float64 and len(scores) == len(cands) and (scores > 0).all()
+    # the same scores as the trained model gives the stored features of those records
+    table = build_table(Workspace(root), "static")
+    rows = table.take(np.array([int(np.flatnonzero(table.frame["record_id"].to_numpy() == r)[0]) for r in rids]))
+    if model == "ms_xgb":
+        inner.model.bind(Workspace(root))
+    expected = inner.model.predict(rows)
+    if model != "ms_xgb":
+        expected = positive_scores(expected, inner.model.calibrated)
+    np.testing.assert_allclose(scores, expected, rtol=1e-5)
+    results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs]
+    ms.cost_model.CostModel.update(cm, ctx, cands, results)
+    assert inner.n_refits == 1
+    if model != "ms_xgb":  # XGBModel refits on its own data, which holds no task but the session's
+        entry = inner.refit_log[-1]
+        assert entry["mode"] == "union" and entry["session_records"] == len(cands)
+        table = inner.training_table()
+        assert held[0] not in set(table.frame["task_id"]) and len(table) == entry["train_records"] > 0
+    after = ms.cost_model.CostModel.predict(cm, ctx, cands)
+    assert np.isfinite(after).all() and (after > 0).all()

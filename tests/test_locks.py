@@ -47,3 +47,37 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
         proc.wait()
     with locks.stage_lock(tmp_path, "sample"):
         pass
+
+
+def test_timing_stages_hold_one_lock_per_host_whatever_the_shard(tmp_path):
+    """A sharded and an unsharded measure (or collect) on one host would time each other's
+    load and, before, wrote the same events file: one excludes the other."""
+    for stage in locks.TIMING_STAGES:
+        with locks.stage_lock(tmp_path, stage, 0, 2):
+            for index, count in ((0, 1), (1, 2), (0, 3)):
+                with pytest.raises(locks.LockHeld, match=f"stage={stage} on workspace .* on this host"):
+                    with locks.stage_lock(tmp_path, stage, index, count):
+                        pass
+
+
+def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measured_workspace, tmp_path):
+    from conftest import copy_workspace
+    from pipeline.config import run_stage
+    from pipeline.runner.modes import Local
+
+    root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
+    before = sorted(p.name for p in (root / "measurements").iterdir())
+    with locks.stage_lock(root, "measure", 0, 1):
+        with pytest.raises(locks.LockHeld, match="stage=measure"):
+            run_stage("measure", [*over, "shard.index=0", "shard.count=2", "force=true"])
+    assert sorted(p.name for p in (root / "measurements").iterdir()) == before  # force deleted nothing
+    from pipeline.config import compose
+    from pipeline.core.executor import create
+    from pipeline.core.workspace import Workspace
+
+    names = set()
+    for index, count in ((0, 1), (0, 2), (1, 2)):
+        cfg = compose([*over, f"shard.index={index}", f"shard.count={count}"])
+        with create(cfg) as ex:
+            names.add(Local.from_cfg(cfg, Workspace.from_cfg(cfg), ex).events)
+    assert len(names) == 3  # no two shardings share an events file

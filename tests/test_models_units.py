@@ -418,3 +418,72 @@ def test_unknown_model_config_and_saved_class_are_clear_errors(tmp_path):
     (tmp_path / "m" / "model.json").write_text(json.dumps({"name": "x", "class": "os.system"}))
     with pytest.raises(registry.UnknownModelError, match="names class 'os.system', not a cost model"):
         registry.load(tmp_path / "m")
+
+
+def test_by_network_validates_on_a_whole_training_network_rotating_with_the_seed():
+    nets = ["resnet", "resnet", "bert", "bert", "mobilenet", "mobilenet", "vit", ""]
+    df = _records(n_tasks=8, networks=nets)
+    seen = set()
+    for seed in range(3):
+        sp = make_split(df, "by_network", seed=seed, test_networks=["bert"], val_unit="network")
+        _check_partition(sp, len(df))
+        (vnet,) = sp.info["val_networks"]
+        assert sp.info["val_unit"] == "network" and vnet != "bert"
+        val_tasks = set(df["task_id"].iloc[sp.val])
+        assert val_tasks == {f"t{i}" for i, n in enumerate(nets) if n == vnet} == set(sp.info["val_tasks"])
+        assert "t7" in set(df["task_id"].iloc[sp.train])  # a standalone operator always trains
+        seen.add(vnet)
+    assert seen == {"mobilenet", "resnet", "vit"}  # each training network validates once over 3 seeds
+    # one training network left: validation by tasks, and the split says so
+    two = make_split(_records(n_tasks=4, networks=["a", "a", "b", "b"]), "by_network", test_networks=["a"],
+                     val_unit="network")
+    assert two.info["val_unit"] != "network"
+    with pytest.raises(SplitError, match="split.val_unit"):
+        make_split(df, "by_network", val_unit="records")
+
+
+# ---------------------------------------------------------------------------- chance and intervals
+
+
+def test_random_pick_scores_are_exact_expectations():
+    # one task, latencies 1, 2, 4 s: a random pick has expected latency 7/3 s -> top-1 3/7;
+    # the best of 2 random picks: 1 s with prob 2/3, 2 s with prob 1/3 -> 4/3 s
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 2) == pytest.approx(4 / 3)
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 1) == pytest.approx(7 / 3)
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 9) == pytest.approx(1.0)
+    df = _frame({"a": [1.0, 2.0, 4.0]}, {"a": 1}, {"a": "net"})
+    ev = M.evaluate(df, np.array([3.0, 2.0, 1.0]))
+    assert ev.summary["random_top1_score"] == pytest.approx(3 / 7)
+    assert ev.summary["random_top5_score"] == pytest.approx(1.0)  # 3 records: the top-5 holds them all
+    # weighted over tasks as the models' scores are: (w_a*1 + w_b*1) / (w_a*7/3 + w_b*1.5)
+    df = _frame({"a": [1.0, 2.0, 4.0], "b": [1.0, 2.0]}, {"a": 1, "b": 3}, {"a": "net", "b": "net"})
+    ev = M.evaluate(df, np.zeros(5))
+    assert ev.summary["random_top1_score"] == pytest.approx(4 / (7 / 3 + 3 * 1.5))
+
+
+def _per_task(model, seed, top1, best=1.0, heldout="net", features="static"):
+    return [dict(features=features, model=model, heldout=heldout, seed=str(seed), task_id=f"t{i}", best_s=best,
+                 top1_s=t) for i, t in enumerate(top1)]
+
+
+def test_paired_intervals_against_the_reference():
+    from models.evaluation import paired_intervals
+
+    rows = []
+    for seed in (0, 1):
+        rows += _per_task("ms_xgb", seed, [2.0] * 20)  # score 0.5 on every task
+        rows += _per_task("good", seed, [1.0] * 20)  # score 1.0: +0.5 on every resample
+        rows += _per_task("same", seed, [2.0] * 20)
+        rows += _per_task("mixed", seed, [1.0] * 10 + [4.0] * 10)  # sum best 20 / sum 50 = 0.4
+    weights = pd.DataFrame({"heldout": "net", "task_id": [f"t{i}" for i in range(20)], "weight": 1.0})
+    out = paired_intervals(pd.DataFrame(rows), weights, resamples=500).set_index("model")
+    assert out.loc["good", "diff"] == pytest.approx(0.5) and out.loc["good", "lo"] == pytest.approx(0.5)
+    assert out.loc["same", ["diff", "lo", "hi"]].tolist() == pytest.approx([0.0, 0.0, 0.0])
+    assert out.loc["mixed", "diff"] == pytest.approx(-0.1) and out.loc["mixed", "lo"] < -0.1 < out.loc["mixed", "hi"]
+    assert (out["n_tasks"] == 20).all() and (out["n_seeds"] == 2).all()
+    # two networks: a `mean` row averaging them
+    rows2 = rows + [{**r, "heldout": "net2"} for r in rows]
+    weights2 = pd.concat([weights, weights.assign(heldout="net2")])
+    both = paired_intervals(pd.DataFrame(rows2), weights2, resamples=200)
+    mean = both[both["heldout"] == "mean"].set_index("model")
+    assert mean.loc["good", "diff"] == pytest.approx(0.5) and mean.loc["good", "n_tasks"] == 40

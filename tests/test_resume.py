@@ -107,7 +107,7 @@ def test_killed_measure_leaves_no_runner_and_keeps_its_finished_results(measured
     root, overrides = measured_workspace
     ws, over = copy_workspace(root, overrides, tmp_path / "data", "measurements", "runner")
     args = [*over, "measure.min_repeat_ms=100", "measure.check_per_task=0"]
-    events = ws / "runner" / "results-0.jsonl"
+    events = ws / "runner" / "results.jsonl"
     proc = start_stage("measure", args)
     try:
         wait_for(lambda: len(harness.done_events(events)) >= 2, what="two measured kernels")

@@ -252,3 +252,27 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     assert len(logged) == 1 and logged["tags.report"].iloc[0] == "compare-by_network-static"
     back = client.load_table(logged["experiment_id"].iloc[0], "heldout.json", run_ids=[logged["run_id"].iloc[0]])
     assert len(back) == 6
+
+
+def test_ms_xgb_on_stored_features_predicts_as_on_replayed_schedules(collected_workspace):
+    """MetaSchedule's XGBModel fed the stored PerStoreFeature rows learns exactly what it learns
+    extracting them itself from the replayed schedules, and is saved to extract them itself."""
+    import dataclasses
+
+    from models.baseline import MSXGBModel, StoredFeatures
+
+    root, over = collected_workspace
+    ws = Workspace(root)
+    table = build_table(ws, "static")
+    tasks = sorted(set(table.frame["task_id"]))
+    train = table.take(np.flatnonzero(table.frame["task_id"].isin(tasks[:2]).to_numpy()))
+    test = table.take(np.flatnonzero(table.frame["task_id"].isin(tasks[2:]).to_numpy()))
+    bare = {"train": dataclasses.replace(train, stores=None, offsets=None),
+            "test": dataclasses.replace(test, stores=None, offsets=None)}
+    stored = MSXGBModel(table.spec, seed=0, threads=1).bind(ws)
+    stored.fit(train, None)
+    replayed = MSXGBModel(table.spec, seed=0, threads=1).bind(ws)
+    replayed.fit(bare["train"], None)
+    np.testing.assert_array_equal(stored.predict(test), replayed.predict(bare["test"]))
+    assert not np.allclose(stored.predict(test), stored.predict(test)[0])  # a real ranking, not a constant
+    assert not isinstance(stored.ms_model._inst.extractor, StoredFeatures)

@@ -49,6 +49,9 @@ def selection(cfg, available: int) -> dict:
     for key in d.get("task_keys") or []:
         value = d.get(key)
         out[f"dataset.{key}"] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+    if out["dataset.source"] == "release":  # a release's tasks are all of its tasks, whatever the budget
+        out["available"] = int(available)
+        return out
     limit = cfg.budget.get("max_tasks")
     out["budget.max_tasks"] = int(available) if limit is None else min(int(limit), int(available))
     out["available"] = int(available)

@@ -71,17 +71,28 @@ def exclusive(path: Path, *, what: str, wait_s: float | None = 0.0, advice: str 
         os.close(fd)  # releases the lock
 
 
+# Stages that time kernels: two of their runs on one host (whatever their shards) would
+# share its cores and time each other's load, so they hold one lock per host and workspace.
+TIMING_STAGES = ("measure", "collect")
+
+
 def stage_lock(root: Path, stage: str, shard_index: int = 0, shard_count: int = 1,
                wait_s: float | None = 0.0) -> contextlib.AbstractContextManager:
     """The lock of one stage and shard of the workspace at `root`: two runs of it at once
-    would do the same work twice (every kernel built and timed twice, on a shared machine)."""
-    name = stage if shard_count <= 1 else f"{stage}.shard-{shard_index}-of-{shard_count}"
+    would do the same work twice (every kernel built and timed twice, on a shared machine).
+    A timing stage's lock is the host's, whatever the shard (TIMING_STAGES)."""
     shard = "" if shard_count <= 1 else f" (shard {shard_index} of {shard_count})"
-    return exclusive(
-        Path(root) / ".locks" / f"{name}.lock", what=f"stage={stage}{shard} on workspace {Path(root).name}",
-        wait_s=wait_s,
-        advice="Two runs at once would do the same work twice. Wait for it to end (lock.wait_s=<seconds> "
-               "waits), or stop it; a run that was killed holds no lock.")
+    if stage in TIMING_STAGES:
+        name = f"{stage}@{socket.gethostname()}"
+        what = f"stage={stage} on workspace {Path(root).name} on this host"
+        advice = ("Two timing runs on one host, of any shards, time each other's load. Wait for it to end "
+                  "(lock.wait_s=<seconds> waits), or stop it; a run that was killed holds no lock.")
+    else:
+        name = stage if shard_count <= 1 else f"{stage}.shard-{shard_index}-of-{shard_count}"
+        what = f"stage={stage}{shard} on workspace {Path(root).name}"
+        advice = ("Two runs at once would do the same work twice. Wait for it to end (lock.wait_s=<seconds> "
+                  "waits), or stop it; a run that was killed holds no lock.")
+    return exclusive(Path(root) / ".locks" / f"{name}.lock", what=what, wait_s=wait_s, advice=advice)
 
 
 def file_lock(path: Path) -> contextlib.AbstractContextManager:

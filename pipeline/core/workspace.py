@@ -106,6 +106,36 @@ class Workspace:
     def features(self) -> Path:
         return self.root / "features"
 
+    @property
+    def history_file(self) -> Path:
+        """`history.jsonl`: one line per finished run of a stage that writes the tables (the
+        command, when, where, how long, what it did): the provenance a release carries."""
+        return self.root / "history.jsonl"
+
+    def add_history(self, entry: dict) -> None:
+        """Append one entry to history.jsonl (one write of one line: whole or not at all)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(entry, default=str, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.history_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def history(self) -> list[dict]:
+        """The entries of history.jsonl, oldest first (a damaged line is skipped)."""
+        out = []
+        try:
+            lines = self.history_file.read_text().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
     # ------------------------------------------------------------------ identity
 
     def selection(self) -> dict | None:

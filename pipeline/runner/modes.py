@@ -75,7 +75,9 @@ class Local(MeasureMode):
     @classmethod
     def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
         kind = device_kind(cfg)
-        events = f"runner/results-{int(cfg.shard.index)}.jsonl"
+        # one file per shard of one sharding: runs of other shardings never share it
+        count = int(cfg.shard.count)
+        events = "runner/results.jsonl" if count <= 1 else f"runner/results-{int(cfg.shard.index)}-of-{count}.jsonl"
         mode = cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
                    events, executor, int(cfg.measure.rounds))
         if executor.runs_here:

@@ -10,6 +10,8 @@ matplotlib for seconds).
 from __future__ import annotations
 
 import functools
+import socket
+import time
 
 from hydra.utils import get_method
 
@@ -24,13 +26,21 @@ STAGES = {
     "train": ("pipeline.stages.train.run", "train cost models (LightGBM, XGBoost, MLP) and log them to MLflow"),
     "compare": ("pipeline.stages.compare.run", "side-by-side table of the workspace's MLflow runs"),
     "tune": ("pipeline.stages.tune.run", "tune with the trained model inside MetaSchedule vs its own models"),
+    "release": ("pipeline.stages.release.run", "pack the workspace (or trained models) as a release under data/releases"),
 }
+# Stages that `stage=all` never runs: publishing is a decision, not a step of the chain.
+NOT_IN_ALL = ("release",)
+# A workspace made from a release (dataset=release) has its kernels timed already: the
+# chain makes it (tasks) and trains on it.
+FROM_RELEASE = ("tasks", "train", "compare")
 
 
 def stages_for_all(cfg) -> list[str]:
     """Stages that `stage=all` runs for this dataset: download only fetches (or, with
     dataset.path, unpacks) TenSet and imports its records."""
-    return [n for n in STAGES if n != "download" or str(cfg.dataset.source) == "tenset"]
+    if str(cfg.dataset.source) == "release":
+        return list(FROM_RELEASE)
+    return [n for n in STAGES if n not in NOT_IN_ALL and (n != "download" or str(cfg.dataset.source) == "tenset")]
 
 
 # Stages that write the workspace's tables: one run at a time per workspace and shard
@@ -39,22 +49,50 @@ def stages_for_all(cfg) -> list[str]:
 LOCKED = ("tasks", "sample", "replay", "measure", "collect")
 
 
+def overrides() -> list[str] | None:
+    """The command line's overrides of the running Hydra app (None outside one: a test)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return None
+
+
 def run_of(name: str):
-    """The run function of stage `name` (holding the workspace's lock for that stage)."""
+    """The run function of stage `name`: on a workspace made from a release, after making
+    it (stage=tasks) if it is not there yet; for the stages that write tables, holding the
+    workspace's lock for that stage and adding the run to the workspace's history."""
     if name not in STAGES:
         raise ValueError(f"stage={name!r} is not a stage; valid: all, {', '.join(STAGES)}")
     run = get_method(STAGES[name][0])
-    if name not in LOCKED:
-        return run
 
     @functools.wraps(run)
+    def staged(cfg):
+        if name != "tasks" and str(cfg.dataset.source) == "release":
+            from pipeline.core.workspace import Workspace
+
+            if not Workspace.from_cfg(cfg, check=False).tasks.exists():
+                run_of("tasks")(cfg)
+        if name not in LOCKED:
+            return run(cfg)
+        return locked(cfg)
+
     def locked(cfg):
         # pandas and pyarrow come with the workspace: imported when a stage runs, not for --help
         from pipeline.core.sharding import Shard
         from pipeline.core.workspace import Workspace
 
         # The lock is the folder's whatever selection it holds: the stage itself checks the selection.
-        with Workspace.from_cfg(cfg, check=False).stage_lock(name, Shard.from_cfg(cfg), wait_s=float(cfg.lock.wait_s)):
-            return run(cfg)
+        ws, shard = Workspace.from_cfg(cfg, check=False), Shard.from_cfg(cfg)
+        with ws.stage_lock(name, shard, wait_s=float(cfg.lock.wait_s)):
+            started = time.time()
+            counts = run(cfg)
+            ws.add_history({"stage": name, "overrides": overrides(), "force": bool(cfg.force),
+                            "shard": f"{shard.index}/{shard.count}", "host": socket.gethostname(),
+                            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+                            "seconds": round(time.time() - started, 1),
+                            "counts": {k: v for k, v in (counts or {}).items() if isinstance(v, (int, float, str))}})
+            return counts
 
-    return locked
+    return staged

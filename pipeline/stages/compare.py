@@ -33,6 +33,7 @@ import pandas as pd
 from models import evaluation as E
 from models import plots, registry, tracking
 from models.metrics import ALL_METRICS
+from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def _models(cfg, table: pd.DataFrame) -> pd.DataFrame:
     names = cfg.compare.get("models")
     if table.empty or not names:
         return table
-    rank = {str(n): i for i, n in enumerate(names)}
+    rank = {str(n): i for i, n in enumerate([*names, E.RANDOM])}  # chance stays in every table
     keep = table[table["model"].isin(list(rank))]
     keep = keep.assign(_r=keep["model"].map(rank))
     keys = [c for c in ("split", "features") if c in keep.columns]
@@ -127,6 +128,43 @@ def _models(cfg, table: pd.DataFrame) -> pd.DataFrame:
         keys += ["_last", "heldout"]
     keep = keep.sort_values([*keys, "_r"], kind="stable")
     return keep.drop(columns=[c for c in ("_r", "_last") if c in keep.columns]).reset_index(drop=True)
+
+
+def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
+    """Paired bootstrap intervals of each model against ms_xgb per held-out network
+    (models/evaluation.py `paired_intervals`) from the by_network runs' per-task tables."""
+    runs = tracking.with_split_tags(runs)
+    runs = runs[runs["tags.split"] == "by_network"]
+    tables = tracking.per_task_tables(runs)
+    if tables.empty or "top1_s" not in tables.columns:
+        return pd.DataFrame()
+    tags = runs.set_index("run_id")[["tags.model", "tags.features", "tags.heldout", "tags.split_seed"]]
+    tags.columns = ["model", "features", "heldout", "seed"]
+    per_task = tables.join(tags, on="run_id")
+    per_task = per_task[per_task["topk"].astype(bool)]
+    nets = ws.read("network_tasks", columns=["network", "task_id", "weight"]).rename(columns={"network": "heldout"})
+    return E.paired_intervals(per_task, nets)
+
+
+def interval_report(table: pd.DataFrame) -> pd.DataFrame:
+    text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
+    return table.assign(**{f"top-1 minus {E.REFERENCE}": text})[
+        ["heldout", "model", "features", f"top-1 minus {E.REFERENCE}", "n_tasks", "n_seeds"]].rename(
+        columns={"heldout": "held out", "n_tasks": "tasks", "n_seeds": "seeds"})
+
+
+def label_noise(ws: Workspace) -> str:
+    """The labels' agreement with a re-measurement of the same kernels (the ceiling of any
+    model on them), from benchmarks/measurement_noise.py's report or the release's card."""
+    import json
+
+    path = ws.root / "reports" / "measurement_noise.json"
+    noise = json.loads(path.read_text()) if path.is_file() else (R.workspace_release(ws.root) or {}).get("label_noise")
+    if not noise:
+        return ""
+    return (f"the stored labels agree with a re-measurement of {noise['tasks']} tasks x {noise['records']} kernels "
+            f"on pairwise accuracy {noise['stored_pair']:.3f} and top-1 score {noise['stored_top1']:.3f}; no model "
+            f"can be expected to do better against these labels.")
 
 
 def run(cfg) -> dict:
@@ -165,9 +203,13 @@ def run(cfg) -> dict:
 
     # the aggregation reads the runs this selection kept
     frame = E.run_frame(tracking.with_split_tags(runs))
+    ablation = E.ablation_table(E.heldout_table(frame), select)
+    frame = E.with_random_rows(frame)
     heldout = E.heldout_table(frame)
     splits = E.split_table(frame)
-    ablation = E.ablation_table(heldout, select)
+    intervals = heldout_intervals(ws, runs)
+    paths["intervals"] = reports / f"{report_name(cfg, 'intervals')}.csv"
+    intervals.to_csv(paths["intervals"], index=False)
     heldout.to_csv(paths["heldout"], index=False)
     splits.to_csv(paths["splits"], index=False)
     ablation.to_csv(paths["ablation"], index=False)
@@ -176,14 +218,23 @@ def run(cfg) -> dict:
             f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
             f"{cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
             f"{select} only (the ablation); the test columns are the report.\n"]
+    ceiling = label_noise(ws)
+    if ceiling:
+        text += [f"Label-noise ceiling (`oracle`): {ceiling}\n"]
     if len(heldout):
         text += ["## Leave one network out\n", to_markdown(heldout_report(_models(cfg, heldout)))]
+    if len(intervals):
+        text += [f"## Against {E.REFERENCE}, paired over held-out tasks\n",
+                 f"Test top-1 score of each model minus {E.REFERENCE}'s on the same tasks, mean over seeds, with a "
+                 f"{E.LEVEL:.0%} paired bootstrap interval over the held-out tasks (the `mean` rows: over networks, "
+                 f"each resampled on its own). An interval above 0 says the model picks better than "
+                 f"{E.REFERENCE} on such networks.\n", to_markdown(interval_report(_models(cfg, intervals)))]
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
         text += [f"## Ablation (ordered by {select}, the selection metric)\n", to_markdown(ablation)]
     paths["evaluation"].write_text("\n".join(text))
-    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation")]
+    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals")]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
         plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), paths["png"])
@@ -192,7 +243,8 @@ def run(cfg) -> dict:
         plots.save(plots.heldout_chart(_models(cfg, heldout), "test_top1_score"), paths["heldout_png"])
         files.append(paths["heldout_png"])
     run_id = tracking.log_evaluation(
-        cfg, tables={"runs": shown, "heldout": heldout, "splits": splits, "ablation": ablation}, files=files,
+        cfg, tables={"runs": shown, "heldout": heldout, "splits": splits, "ablation": ablation,
+                     "intervals": intervals}, files=files,
         params={"select": select, "topk_min_records": cfg.train.topk_min_records, "runs": len(table),
                 "latest_only": cfg.compare.latest_only, **{f"selection.{k}": "/".join(v) for k, v in sel.items()}},
         tags={"report": name})

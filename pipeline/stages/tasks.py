@@ -1,5 +1,9 @@
 """stage=tasks: the task table and the MetaSchedule workload database of a workspace.
 
+With dataset=release the workspace is made from a release instead (pipeline/core/release.py
+`unpack`): verified first (checksums, tables, schema version, target kind), then written
+whole or not at all; nothing is built or timed.
+
 force=true rebuilds both (the repair of a damaged database_workload.json) and then
 writes the tuning records back from candidates/ and measurements/ with the new workload
 indices (pipeline/core/database.py `sync_records`): no sampled or measured record is lost.
@@ -10,12 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
+import uuid
+from pathlib import Path
 
 import pandas as pd
 
 from pipeline.core import database as D
 from pipeline.core import identity
+from pipeline.core import release as R
 from pipeline.core.targets import make_target, target_dict, target_json
 from pipeline.core.workspace import SELECTION_KEY, Workspace
 from pipeline.workloads import args_of, flops_of, load_workloads
@@ -51,7 +59,56 @@ def network_rows(workloads: list) -> list[dict]:
     return list(rows.values())
 
 
+PROJECT_RELEASES = Path(__file__).resolve().parents[2] / "data" / "releases"
+
+
+def release_folder(cfg) -> Path:
+    """The release that dataset=release names, looked up in paths.releases, then in the
+    project's own data/releases."""
+    return R.find(cfg.dataset.release, [Path(str(cfg.paths.releases)), PROJECT_RELEASES])
+
+
+def from_release(cfg) -> dict:
+    folder = release_folder(cfg)
+    manifest = R.verify(folder, kind="dataset")  # before anything is written
+    kind, wanted = manifest["target"]["kind"], str(cfg.target.tvm.kind)
+    if kind != wanted:
+        raise R.ReleaseError(f"{folder / R.MANIFEST}: release {manifest['name']} holds {kind} programs, this run's "
+                             f"target={cfg.target.name} is {wanted}: run with a target of kind {kind} (target="
+                             f"{manifest['target']['name']})")
+    ws = Workspace.from_cfg(cfg, check=False)
+    if ws.tasks.exists() and not cfg.force:
+        made_from = R.workspace_release(ws.root) or {}
+        if made_from.get("name") != manifest["name"]:
+            raise R.ReleaseError(f"{ws.root} exists and was not made from release {manifest['name']}: give another "
+                                 f"paths.data, or force=true to make it anew from the release")
+        log.info("%s was made from release %s; force=true makes it anew", ws.root, manifest["name"])
+        return {"tasks": int(manifest["counts"]["tasks"])}
+    n = int(manifest["counts"]["tasks"])
+    selection = json.dumps(identity.selection(cfg, n)).encode()
+    old = ws.root / f".replaced-{uuid.uuid4().hex[:8]}"
+    moved = R.visible_entries(ws.root) if cfg.force else []
+    if moved:  # force: the workspace's files step aside, and come back if the release cannot be unpacked
+        old.mkdir()
+        for entry in moved:
+            os.replace(entry, old / entry.name)
+    try:
+        rows = R.unpack(folder, ws.root, labels=bool(cfg.dataset.labels), selection=selection)
+    except BaseException:
+        for entry in moved:
+            if not (ws.root / entry.name).exists():
+                os.replace(old / entry.name, entry)
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)
+    log.info("made %s from release %s (%s)", ws.root, manifest["name"], folder)
+    return {"tasks": rows.get("tasks", 0), "records": rows.get("candidates", 0),
+            "measured": rows.get("measurements", 0), "release": manifest["name"]}
+
+
 def run(cfg) -> dict:
+    if str(cfg.dataset.source) == "release":
+        return from_release(cfg)
     # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
     from tvm.s_tir import meta_schedule as ms
 

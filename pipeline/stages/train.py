@@ -134,7 +134,7 @@ def run(cfg) -> dict:
     split_all = make_split(records, str(s.name), seed=int(s.seed), test_fraction=float(s.test_fraction),
                            val_fraction=float(s.val_fraction),
                            test_networks=list(s.test_networks) if s.get("test_networks") else None,
-                           members=members)
+                           members=members, val_unit=str(s.get("val_unit") or "tasks"))
     log.info("split=%s seed=%d: %s %s", split_all.kind, split_all.seed, split_all.sizes(), split_all.info)
     part_of = {}
     for k in ("train", "val", "test"):

@@ -1,0 +1,128 @@
+"""Trained models as releases: the run's MLflow model folder, a manifest and a model card.
+
+A released model is the portable MLflow model of a training run (its native flavor and
+python_function: models/pyfunc.py) with what a user needs to trust it: the release it was
+trained on, its split and held-out networks and tasks (never trained on), its evaluation on
+them with the spread over the seeds of the same split, MetaSchedule's XGBModel trained on
+the same parts beside it, the hardware and the versions. `PipelineCostModel.from_pretrained`
+loads one by name (models/adapter.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow import MlflowClient
+
+from models import tracking
+from pipeline.core import release as R
+from pipeline.core.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+# Test metrics of the card, in its column order (TenSet's top-k scores, pairwise accuracy).
+CARD_METRICS = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pairwise acc.",
+                "val_top1_score": "validation top-1"}
+BASELINE = "ms_xgb"
+
+
+def run_of_uri(uri: str) -> str:
+    """The run id behind `models:/<name>@<alias>`, `models:/<name>/<version>` or `runs:/<id>/...`."""
+    client = MlflowClient()
+    if uri.startswith("models:/"):
+        ref = uri[len("models:/"):].strip("/")
+        if "@" in ref:
+            name, alias = ref.split("@", 1)
+            return client.get_model_version_by_alias(name, alias).run_id
+        name, _, version = ref.partition("/")
+        return client.get_model_version(name, version).run_id
+    if uri.startswith("runs:/"):
+        return uri[len("runs:/"):].split("/", 1)[0]
+    raise R.ReleaseError(f"release.models: {uri!r} is not an MLflow model URI: give models:/<name>@<alias>, "
+                         f"models:/<name>/<version> or runs:/<run id>/model")
+
+
+def _fmt(values: list[float]) -> str:
+    values = [v for v in values if v is not None and np.isfinite(v)]
+    if not values:
+        return ""
+    mean = float(np.mean(values))
+    return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+
+def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldout: str) -> dict:
+    """The card's table: this model and MetaSchedule's XGBModel on the same split and held-out
+    networks, mean [min, max] over the seeds of each (the newest run per seed)."""
+    if runs.empty:
+        return {}
+    runs = tracking.with_split_tags(runs)
+    same = (runs["tags.split"] == split) & (runs["tags.heldout"] == heldout)
+    rows = []
+    for name, feats in ((model, features), (BASELINE, "static")):
+        if name == BASELINE and model == BASELINE:
+            continue
+        mine = runs[same & (runs.get("tags.model") == name) & (runs.get("tags.features") == feats)]
+        mine = mine.sort_values("start_time").drop_duplicates("tags.split_seed", keep="last")
+        if mine.empty:
+            continue
+        row = {"row": f"`{name}` ({len(mine)} seed{'s' if len(mine) > 1 else ''})"}
+        for key, label in CARD_METRICS.items():
+            col = f"metrics.{key}"
+            row[label] = _fmt(mine[col].tolist()) if col in mine else ""
+        rows.append(row)
+    caption = (f"Test part of split `{split}`" + (f" (held out: {heldout})" if heldout else "") +
+               ": mean [min, max] over seeds; top-k over tasks with enough test records.")
+    return {"columns": list(CARD_METRICS.values()), "rows": rows, "caption": caption}
+
+
+def model_release_name(training: str, model: str, features: str, heldout: str) -> str:
+    held = f"without-{heldout.replace('+', '-')}" if heldout else "all"
+    feats = "" if features == "static" else f"-{features}"
+    return f"{training}-{model}{feats}-{held}"
+
+
+def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]:
+    """Release each MLflow model of `uris` under `root`; returns the release names."""
+    mlflow.set_tracking_uri(tracking.tracking_uri(cfg))
+    origin = R.workspace_release(ws.root) or {}
+    training = origin.get("name") or ws.name
+    runs = tracking.workspace_runs(cfg)
+    names = []
+    for uri in uris:
+        run = mlflow.get_run(run_of_uri(uri))
+        tags = run.data.tags
+        if tags.get("workspace_id") and tags["workspace_id"] != tracking.workspace_tags(cfg)["workspace_id"]:
+            raise R.ReleaseError(f"release.models: {uri} was trained on workspace {tags.get('workspace')}, not on "
+                                 f"{ws.name}: release it with that workspace's settings")
+        split = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/split.json")
+        model, features, heldout = tags.get("model"), tags.get("features", "static"), tags.get("heldout", "")
+        name = R.check_name(str(cfg.release.name) if cfg.release.get("name") and len(uris) == 1 else
+                            model_release_name(training, model, features, heldout))
+        info = {"model": model, "features": features, "target_kind": tags.get("target_kind", "cpu"),
+                "training_release": training, "training_workspace_id": tags.get("workspace_id"),
+                "split": split.get("kind"), "seed": split.get("seed"),
+                "test_networks": split.get("test_networks") or [], "test_tasks": split.get("test_tasks") or [],
+                "trained_tasks": sorted(set(ws.read("tasks", columns=["task_id"])["task_id"])
+                                        - set(split.get("test_tasks") or [])),
+                "run_id": run.info.run_id, "uri": uri,
+                "hardware": (origin.get("hardware") or {}).get("hardware") or _hardware(ws),
+                "metrics": {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))},
+                "evaluation": evaluation(runs, model, features, split.get("kind", ""), heldout),
+                "versions": R.versions(), "licence": str(cfg.release.licence)}
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/model", dst_path=tmp))
+            R.pack_model(folder, Path(root) / name, info=info, card=R.model_card, force=bool(cfg.force))
+        log.info("released model %s (%s, run %s)", name, uri, run.info.run_id)
+        names.append(name)
+    return names
+
+
+def _hardware(ws: Workspace) -> str | None:
+    hw = ws.read("measurements", columns=["hardware", "error"])
+    hw = hw[hw["error"].isna()]["hardware"].dropna().unique()
+    return str(hw[0]) if len(hw) == 1 else ("mixed" if len(hw) else None)

@@ -1,0 +1,477 @@
+"""Releases: a workspace, or a trained model, packed into a folder that outlives its machine.
+
+A dataset release (`data/releases/<name>/`) holds one zstd-compressed Parquet file per
+workspace table (`tables/<table>.parquet`; a device-partitioned table keeps its `device`
+as a column), the MetaSchedule database (`database_workload.json`,
+`database_tuning_record.json`, which `ms.database.JSONDatabase` reads), `manifest.json`
+(what it holds, where and how it was timed, versions, row counts, the sha256 of every
+file, the commands that made it) and a card. No libraries: stage=replay builds them again
+from the traces. A model release holds an MLflow model folder, a manifest and a card.
+
+A release is written whole or not at all (a hidden folder renamed into place) and is
+verified before anything is read from it: the manifest, every file it lists with its
+size and sha256, no table missing, the schema version this pipeline reads. A workspace
+made from a release (`unpack`) is also written whole or not at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import uuid
+from importlib import metadata
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from pipeline.core import schema as S
+from pipeline.core.catalog import TABLES, Table, ncu_tables
+from pipeline.core.errors import PipelineError
+from pipeline.core import database as D
+from pipeline.core.workspace import SELECTION_KEY, Workspace, atomic_write_bytes, part_files
+
+FORMAT = 1  # the layout of a release folder (this module); a reader refuses another
+MANIFEST = "manifest.json"
+DATASET_CARD = "DATASET.md"
+MODEL_CARD = "MODEL.md"
+TABLES_DIR = "tables"
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+# Tables a workspace keeps that are not the dataset (a tuning comparison's trials).
+NOT_RELEASED = ("tune_trials",)
+# Tables measured on the release's hardware: left out of a workspace that labels the
+# programs for another machine (`labels=False`).
+LABEL_TABLES = ("measurements", "cpu_counters", "ncu", "ncu_kernels")
+COMPRESSION = dict(compression="zstd", compression_level=15)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ReleaseError(PipelineError):
+    """A release that cannot be used or written; the message names the file and the fix."""
+
+
+def versions() -> dict[str, str]:
+    """The versions a release names: Python, this pipeline, TVM and the libraries of its models."""
+    out = {"python": platform.python_version()}
+    for p in ("tensor-cost-pipeline", "apache-tvm", "apache-tvm-ffi", "pyarrow", "mlflow", "lightgbm", "xgboost",
+              "torch"):
+        try:
+            out[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+# ---------------------------------------------------------------------- names and lookup
+
+
+def hardware_slug(hardware: dict) -> str:
+    """A short name for the hardware of a release: the GPU's model (`h100`), or the CPU's
+    family and logical CPU count (`epyc2` for 'AMD EPYC', 2 CPUs)."""
+    noise = {"amd", "intel", "nvidia", "core", "cpu", "processor", "genuine"}
+    name = hardware.get("gpu_name") or hardware.get("cpu_model") or "unknown"
+    name = re.sub(r"\((r|tm)\)", "", str(name).lower())
+    words = [w for w in re.split(r"[\s,@]+", name) if w and w not in noise]
+    word = re.sub(r"[^a-z0-9]", "", words[0] if words else "unknown") or "unknown"
+    if hardware.get("gpu_name"):
+        return word
+    return f"{word}{int(hardware['cpu_count'])}" if hardware.get("cpu_count") else word
+
+
+def release_name(dataset: str, target: str, hardware: str, version: int) -> str:
+    return f"{dataset}-{target}-{hardware}-v{int(version)}"
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(str(name)):
+        raise ReleaseError(f"release name {name!r} is not a folder name: use letters, digits, '.', '_' and '-'")
+    return str(name)
+
+
+def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
+    """The folder of a release given by path or by name (looked up in each `search` folder)."""
+    if name_or_path is None or str(name_or_path).strip() in ("", "None"):
+        raise ReleaseError("no release given: set dataset.release=<name> (a folder of data/releases) or "
+                           "dataset.release=<path to a release folder>")
+    given = Path(str(name_or_path)).expanduser()
+    if given.is_absolute() or len(given.parts) > 1 or given.exists():
+        if (given / MANIFEST).is_file():
+            return given.resolve()
+        raise ReleaseError(f"{given / MANIFEST} does not exist: {given} is not a release folder (stage=release "
+                           f"writes one)")
+    searched = []
+    for root in search:
+        folder = Path(root).expanduser() / str(name_or_path)
+        searched.append(str(Path(root).expanduser()))
+        if (folder / MANIFEST).is_file():
+            return folder.resolve()
+    known = sorted({p.name for root in search if Path(root).expanduser().is_dir()
+                    for p in Path(root).expanduser().iterdir() if (p / MANIFEST).is_file()})
+    raise ReleaseError(f"no release {name_or_path!r} in {', '.join(dict.fromkeys(searched))}: give one of "
+                       f"{', '.join(known) or '(none there)'} or the path of a release folder")
+
+
+# ---------------------------------------------------------------------- checksums
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_entries(root: Path) -> dict[str, dict]:
+    """Every file under `root` but the manifest: relative path -> {bytes, sha256}."""
+    return {str(f.relative_to(root)): {"bytes": f.stat().st_size, "sha256": sha256(f)}
+            for f in sorted(root.rglob("*")) if f.is_file() and f.name != MANIFEST}
+
+
+def read_manifest(folder: Path) -> dict:
+    path = Path(folder) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReleaseError(f"{path} does not exist: {folder} is not a release folder (stage=release writes "
+                           f"one)") from None
+    except (OSError, ValueError) as e:
+        raise ReleaseError(f"{path} cannot be read ({e}): the release is damaged; fetch it again") from None
+    if not isinstance(manifest, dict) or "files" not in manifest:
+        raise ReleaseError(f"{path} is not a release manifest (no `files`): the release is damaged; fetch it again")
+    return manifest
+
+
+def verify(folder: str | Path, *, kind: str | None = None) -> dict:
+    """The manifest of a release whose every file holds: refuses (ReleaseError, one line
+    naming the file and the fix) a missing, extra-sized or changed file, another release
+    format or schema version, or a release of another `kind` (dataset | model)."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    where = folder / MANIFEST
+    if int(manifest.get("format", -1)) != FORMAT:
+        raise ReleaseError(f"{where}: release format {manifest.get('format')}, this pipeline reads format "
+                           f"{FORMAT}: use the pipeline version named in the manifest, or re-pack the release "
+                           f"with stage=release")
+    if kind is not None and manifest.get("kind") != kind:
+        raise ReleaseError(f"{where}: a {manifest.get('kind')} release where a {kind} release is needed: give a "
+                           f"{kind} release")
+    if manifest.get("kind") == "dataset" and str(manifest.get("schema_version")) != S.SCHEMA_VERSION:
+        raise ReleaseError(f"{where}: tables of schema version {manifest.get('schema_version')}, this pipeline "
+                           f"reads version {S.SCHEMA_VERSION}: use a release made with this version (or re-pack "
+                           f"its workspace with this pipeline's stage=release)")
+    for rel, entry in manifest["files"].items():
+        f = folder / rel
+        if not f.is_file():
+            raise ReleaseError(f"{f} is missing from release {folder.name}: the release is incomplete; fetch it "
+                               f"again (git checkout -- {folder} in a clone)")
+        if f.stat().st_size != int(entry["bytes"]) or sha256(f) != entry["sha256"]:
+            raise ReleaseError(f"{f} does not match its checksum in {where}: the file was changed or truncated; "
+                               f"fetch the release again (git checkout -- {folder} in a clone)")
+    if manifest.get("kind") == "dataset":
+        for name in manifest.get("tables", {}):
+            if f"{TABLES_DIR}/{name}.parquet" not in manifest["files"]:
+                raise ReleaseError(f"{where} names table {name} but lists no file for it: the release is "
+                                   f"damaged; fetch it again")
+        for name in ("tasks", "candidates"):
+            if name not in manifest.get("tables", {}):
+                raise ReleaseError(f"{where}: release {folder.name} has no {name} table: a dataset release holds "
+                                   f"at least tasks and candidates; re-pack it with stage=release")
+    return manifest
+
+
+# ---------------------------------------------------------------------- packing
+
+
+def released_tables(ws: Workspace) -> list[Table]:
+    """The workspace's tables that a release holds, in catalog order (Nsight Compute
+    section-set tables included), those with rows only."""
+    out = [t for t in TABLES.values() if t.name not in NOT_RELEASED]
+    features = ws.root / "features"
+    if features.is_dir():
+        for d in sorted(features.glob("ncu_*")):
+            section = d.name[len("ncu_"):].removesuffix("_kernels")
+            out += [t for t in ncu_tables(section) if t.path == f"features/{d.name}"]
+    return [t for t in out if part_files(ws.root / t.path) and (ws.root / t.path).exists()]
+
+
+def read_arrow(ws: Workspace, t: Table) -> pa.Table:
+    """A whole table as Arrow (types kept), a partitioned one with its partition column,
+    rows sorted by task and record so that equal workspaces pack to equal bytes."""
+    files = [str(f) for f in part_files(ws.root / t.path)]
+    schemas = [pq.read_schema(f) for f in files]
+    for f, s in zip(files, schemas):
+        version = (s.metadata or {}).get(S.METADATA_KEY)
+        if version is not None and version.decode() != S.SCHEMA_VERSION:
+            raise ReleaseError(f"{f} was written with schema version {version.decode()}, this pipeline writes "
+                               f"{S.SCHEMA_VERSION}: re-run stage={t.stage} with force=true before releasing")
+    unified = pa.unify_schemas([s.remove_metadata() for s in schemas], promote_options="permissive")
+    partitioning = None
+    if t.partition:
+        partitioning = ds.partitioning(pa.schema([(t.partition, pa.string())]), flavor="hive")
+        unified = unified.append(pa.field(t.partition, pa.string())) if t.partition not in unified.names else unified
+    data = ds.dataset(files, format="parquet", schema=unified, partitioning=partitioning,
+                      partition_base_dir=str(ws.root / t.path)).to_table()
+    if t.schema is not None:  # columns added to the schema since older parts were written
+        for field in t.schema:
+            if field.name not in data.column_names:
+                data = data.append_column(field, pa.nulls(data.num_rows, field.type))
+    keys = [k for k in ("task_id", *t.key) if k in data.column_names]
+    data = data.sort_by([(k, "ascending") for k in dict.fromkeys(keys)])
+    return data.replace_schema_metadata({S.METADATA_KEY: S.SCHEMA_VERSION.encode(), S.TABLE_KEY: t.name.encode()})
+
+
+def staging(dest: Path) -> Path:
+    folder = dest.parent / f".{dest.name}.staging-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    return folder
+
+
+def publish(tmp: Path, dest: Path, *, force: bool) -> Path:
+    """Move a finished staging folder into place (replacing `dest` only with `force`)."""
+    if dest.exists():
+        if not force:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise ReleaseError(f"{dest} exists: releases are not overwritten; give a new release.version "
+                               f"(or release.name), or force=true to replace it")
+        old = dest.parent / f".{dest.name}.replaced-{uuid.uuid4().hex[:8]}"
+        os.replace(dest, old)
+        os.replace(tmp, dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, dest)
+    return dest
+
+
+def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = False,
+                 record_lines: Iterable[str] = ()) -> dict:
+    """Write workspace `ws` as the dataset release `dest`; returns its manifest.
+
+    `info` goes into the manifest as it is (selection, target, hardware, timing, versions,
+    commands); `record_lines` are the tuning-record lines (one database, all shards);
+    `card(manifest) -> str` writes the card from the finished manifest."""
+    tmp = staging(dest)
+    try:
+        tables, rows = tmp / TABLES_DIR, {}
+        tables.mkdir()
+        for t in released_tables(ws):
+            data = read_arrow(ws, t)
+            pq.write_table(data, tables / f"{t.name}.parquet", **COMPRESSION)
+            rows[t.name] = data.num_rows
+        shutil.copyfile(ws.db_workload, tmp / DATABASE_FILES[0])
+        (tmp / DATABASE_FILES[1]).write_text("".join(f"{line}\n" for line in record_lines))
+        manifest = {"format": FORMAT, "kind": "dataset", "name": dest.name, "schema_version": S.SCHEMA_VERSION,
+                    **info, "tables": rows}
+        (tmp / DATASET_CARD).write_text(card(manifest))
+        manifest["files"] = file_entries(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        publish(tmp, dest, force=force)
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pack_model(model_dir: Path, dest: Path, *, info: dict, card, force: bool = False) -> dict:
+    """Write an MLflow model folder as the model release `dest` (`model/`, manifest, card)."""
+    tmp = staging(dest)
+    try:
+        shutil.copytree(model_dir, tmp / "model")
+        manifest = {"format": FORMAT, "kind": "model", "name": dest.name, **info}
+        (tmp / MODEL_CARD).write_text(card(manifest))
+        manifest["files"] = file_entries(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+        publish(tmp, dest, force=force)
+        return manifest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- a workspace from a release
+
+
+def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes | None = None) -> dict:
+    """Make the workspace folder `root` from a verified release: its tables as part files
+    (device-partitioned ones under `device=<d>/`), its MetaSchedule database and
+    `release.json` (the manifest it came from). `labels=False` leaves out what was measured
+    on the release's hardware (LABEL_TABLES), so that stage=replay and stage=measure label
+    the same programs for this machine; the records then carry no run times.
+    `selection` replaces the task table's recorded dataset selection. Written whole or not
+    at all; returns the rows per table."""
+    manifest = verify(release, kind="dataset")
+    if visible_entries(root):
+        raise ReleaseError(f"{root} exists and is not empty: a workspace is made from a release only into a new "
+                           f"folder; remove it or give another paths.data")
+    tmp = staging(root)
+    try:
+        ws, rows = Workspace(tmp), {}
+        for name in manifest["tables"]:
+            if not labels and name in LABEL_TABLES:
+                continue
+            data = pq.read_table(release / TABLES_DIR / f"{name}.parquet")
+            t = TABLES.get(name) or _section_table(name)
+            rows[name] = data.num_rows
+            if not t.is_folder:
+                meta = dict(data.schema.metadata or {})
+                if name == "tasks" and selection is not None:
+                    meta[SELECTION_KEY] = selection
+                pq.write_table(data.replace_schema_metadata(meta), tmp / t.path)
+                continue
+            devices = [None] if not t.partition else pc.unique(data[t.partition]).to_pylist()
+            for device in devices:
+                part = data if device is None else data.filter(pc.equal(data[t.partition], device)).drop_columns(
+                    [t.partition])
+                folder = ws.path(t, device)
+                folder.mkdir(parents=True, exist_ok=True)
+                pq.write_table(part, folder / f"part-0000-{uuid.uuid4().hex[:12]}-0.parquet")
+        for f in DATABASE_FILES:
+            shutil.copyfile(release / f, tmp / f)
+        if not labels:  # the records say what measurements/ says: not measured here yet
+            D.sync_records(ws)
+        atomic_write_bytes(tmp / "release.json", json.dumps(
+            {k: v for k, v in manifest.items() if k != "files"} | {"path": str(release), "labels": labels},
+            indent=2, default=str).encode())
+        # Into place entry by entry (the folder may hold the stage's lock), the task table last:
+        # a workspace without it is not made yet, whatever stopped the moves.
+        root.mkdir(parents=True, exist_ok=True)
+        for entry in sorted(visible_entries(tmp), key=lambda p: p.name == TABLES["tasks"].path):
+            os.replace(entry, root / entry.name)
+        return rows
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def visible_entries(root: Path) -> list[Path]:
+    """What a folder holds, hidden entries (locks, staging folders) left out."""
+    return [p for p in Path(root).iterdir() if not p.name.startswith(".")] if Path(root).is_dir() else []
+
+
+def _section_table(name: str) -> Table:
+    section = name[len("ncu_"):].removesuffix("_kernels")
+    records, kernels = ncu_tables(section)
+    return kernels if name.endswith("_kernels") else records
+
+
+def workspace_release(root: Path) -> dict | None:
+    """The manifest of the release a workspace was made from (None: not made from one)."""
+    try:
+        return json.loads((Path(root) / "release.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------- cards
+
+
+def _stage_times(commands: list[dict]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for c in commands:
+        out[c.get("stage", "?")] = out.get(c.get("stage", "?"), 0.0) + float(c.get("seconds") or 0.0)
+    return out
+
+
+def _command(c: dict) -> str:
+    if c.get("command"):
+        return str(c["command"])
+    over = " ".join(o for o in (c.get("overrides") or []) if not o.startswith("stage="))
+    return f"python -m pipeline stage={c.get('stage')} {over}".strip()
+
+
+def dataset_card(m: dict) -> str:
+    """DATASET.md: what the release holds, how it was timed, its noise, failures, licence."""
+    counts, hw, timing, fail = m["counts"], m["hardware"], m.get("timing") or {}, m["failures"]
+    nets = ", ".join(counts["networks"]) or "none"
+    lines = [
+        f"# {m['name']}", "",
+        f"A dataset of MetaSchedule schedule candidates for the `{m['dataset']}` workloads on target "
+        f"`{m['target']['name']}` ({m['target']['kind']}), each built and timed on {hw.get('hardware')}: "
+        f"{counts['records']:,} records of {counts['tasks']} tasks ({counts['measured_ok']:,} timed without error); "
+        f"networks: {nets}.", "",
+    ]
+    if m.get("description"):
+        lines += [str(m["description"]), ""]
+    if m.get("derived_from"):
+        lines += [f"The programs of release `{m['derived_from']['name']}` (timed there on "
+                  f"{(m['derived_from'].get('hardware') or {}).get('hardware')}), timed again here.", ""]
+    lines += ["## Tables", "", "| table | rows |", "|---|---|"]
+    lines += [f"| `{t}` | {n:,} |" for t, n in m["tables"].items()]
+    lines += ["", "`tables/*.parquet` are the workspace's tables (pipeline/core/schema.py, schema version "
+              f"{m['schema_version']}); `database_workload.json` and `database_tuning_record.json` are a "
+              "MetaSchedule JSON database (`ms.database.JSONDatabase`), every record with its run times "
+              "(1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", "",
+              "## How it was timed", ""]
+    if timing:
+        busy = timing.get("timed_while_busy")
+        lines += [f"- repeats per kernel: {timing.get('repeats')}, calls per repeat: {timing.get('number')}, "
+                  f"CPU cache flushed before each repeat: {timing.get('cache_flush')}, interleaved rounds: "
+                  f"{timing.get('rounds')}",
+                  f"- the host's 1-minute load average while timing: {timing.get('load_avg_min')} to "
+                  f"{timing.get('load_avg_max')} on {hw.get('cpu_count')} CPUs"
+                  + (f"; {busy} kernel(s) timed while it was above the CPU count" if busy else
+                     "; no kernel timed while it was above the CPU count" if busy == 0 else "")]
+    else:
+        lines += ["- not timed (no measurements)"]
+    noise = m.get("label_noise")
+    lines += ["", "## Label noise", ""]
+    if noise:
+        lines += [f"`benchmarks/measurement_noise.py` re-timed {noise.get('tasks')} tasks x {noise.get('records')} "
+                  f"kernels in {noise.get('rounds')} interleaved rounds: the stored labels agree with the "
+                  f"re-measurement on pairwise accuracy {noise.get('stored_pair'):.3f} (top-1 score "
+                  f"{noise.get('stored_top1'):.3f}); one pass against the next {noise.get('one_pass_pair'):.3f}. "
+                  f"No cost model can be expected to order pairs better than the stored labels do."]
+    else:
+        lines += ["Not measured for this release (`benchmarks/measurement_noise.py` writes it)."]
+    lines += ["", "## Failures", "",
+              f"- sampling errors: {fail['sample_errors']}, build errors: {fail['build_errors']}, "
+              f"measurement errors: {fail['measure_errors']} {fail.get('measure_error_kinds') or ''}",
+              f"- outputs checked against the unscheduled reference: {fail['checked']}, incorrect: "
+              f"{fail['incorrect']}",
+              "", "## How it was made", ""]
+    times = _stage_times(m.get("commands") or [])
+    if times:
+        lines += ["Stage wall times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()), "", "```"]
+        lines += [_command(c) for c in m["commands"]]
+        lines += ["```"]
+    v = m.get("versions", {})
+    lines += ["", f"TVM {v.get('apache-tvm')}, apache-tvm-ffi {v.get('apache-tvm-ffi')}, Python {v.get('python')}, "
+              f"pipeline {v.get('tensor-cost-pipeline')}; made {m.get('created')}.", "",
+              "## Use", "", "```bash",
+              f"python -m pipeline stage=train dataset=release dataset.release={m['name']} target={m['target']['name']}",
+              "```", "",
+              "To label the same programs on another machine: `dataset=release dataset.labels=false`, then "
+              "`stage=replay`, `stage=measure` and `stage=release` there.", "",
+              "## Licence", "", f"{m.get('licence')}. The workloads come from the MetaSchedule operator suite and "
+              "network definitions in this repository (random weights).", ""]
+    return "\n".join(lines)
+
+
+def model_card(m: dict) -> str:
+    """MODEL.md: the model, what it was trained on, what it was held out from, its figures."""
+    ev = m.get("evaluation") or {}
+    lines = [
+        f"# {m['name']}", "",
+        f"A `{m['model']}` cost model on `{m['features']}` features for target kind `{m['target_kind']}`, trained "
+        f"on release `{m.get('training_release')}` (hardware: {m.get('hardware')}).", "",
+        f"- split: `{m.get('split')}`; held-out networks: {', '.join(m.get('test_networks') or []) or 'none'} "
+        f"({len(m.get('test_tasks') or [])} held-out tasks, never trained on)",
+        f"- MLflow run {m.get('run_id')} (seed {m.get('seed')}), TVM {m.get('versions', {}).get('apache-tvm')}", "",
+    ]
+    if ev.get("rows"):
+        cols = ev["columns"]
+        lines += ["## Evaluation", "", ev.get("caption", ""), "", "| | " + " | ".join(cols) + " |",
+                  "|---|" + "---|" * len(cols)]
+        lines += [f"| {r['row']} | " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in ev["rows"]]
+        lines += [""]
+    lines += ["## Use", "", "```python", "from models.adapter import PipelineCostModel",
+              f"cost_model = PipelineCostModel.from_pretrained(\"{m['name']}\")",
+              "ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cost_model)", "```", "",
+              f"or `python -m pipeline stage=tune tune.model_uri=pretrained:{m['name']}`. The model refuses "
+              f"candidates of a target kind other than `{m['target_kind']}`.", "",
+              f"Licence: {m.get('licence')}.", ""]
+    return "\n".join(lines)

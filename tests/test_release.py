@@ -1,0 +1,234 @@
+"""Releases (pipeline/core/release.py, stage=release, dataset=release): a round trip on the
+tiny workspace, refusals of damaged or mismatched releases, writing whole or not at all,
+and the project's committed releases."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT
+from models.tables import build_table
+from pipeline.config import compose, run_stage
+from pipeline.core import release as R
+from pipeline.core.workspace import Workspace
+
+COMMITTED = ROOT / "data" / "releases"
+
+
+@pytest.fixture(scope="module")
+def released(collected_workspace, tmp_path_factory):
+    """(workspace root, overrides, release folder) of the tiny collected workspace released."""
+    root, over = collected_workspace
+    releases = tmp_path_factory.mktemp("releases")
+    over = [*over, f"paths.releases={releases}"]
+    out = run_stage("release", over)
+    return root, over, releases / out["release"]
+
+
+def from_release(release: Path, data: Path, *extra: str) -> list[str]:
+    return ["dataset=release", f"dataset.release={release}", f"paths.data={data}", *extra]
+
+
+def test_release_holds_every_table_with_checksums_and_a_card(released):
+    root, over, folder = released
+    manifest = R.verify(folder, kind="dataset")
+    assert folder.name == f"ops-llvm-{manifest['hardware'] and R.hardware_slug(manifest['hardware'])}-v1"
+    assert {"tasks", "candidates", "kernels", "measurements", "static", "static_stores", "cpu_counters"} \
+        <= set(manifest["tables"])
+    assert not (folder / "lib").exists() and not list(folder.rglob("*.so"))
+    assert manifest["counts"]["records"] == manifest["tables"]["candidates"] == 24
+    for rel, entry in manifest["files"].items():
+        assert R.sha256(folder / rel) == entry["sha256"]
+    assert [c["stage"] for c in manifest["commands"]][:4] == ["tasks", "sample", "replay", "measure"]
+    assert manifest["versions"]["apache-tvm"] and manifest["versions"]["apache-tvm-ffi"]
+    assert manifest["timing"]["repeats"] == [2] and manifest["timing"]["load_avg_max"] is not None
+    card = (folder / R.DATASET_CARD).read_text()
+    assert "## How it was timed" in card and "24 records of 3 tasks" in card and "Apache-2.0" in card
+    # The MetaSchedule database reads as one, every record with its run times.
+    from tvm.s_tir import meta_schedule as ms
+
+    db = ms.database.JSONDatabase(str(folder / R.DATABASE_FILES[0]), str(folder / R.DATABASE_FILES[1]))
+    records = db.get_all_tuning_records()
+    assert len(records) == 24 and all(r.run_secs is not None for r in records)
+    # Again, without force: refused, the release untouched.
+    with pytest.raises(R.ReleaseError, match="releases are not overwritten"):
+        run_stage("release", over)
+    R.verify(folder)
+
+
+def test_workspace_from_a_release_gives_the_same_training_table_and_metrics(released, tmp_path):
+    root, over, folder = released
+    db = f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"
+    train = ["model=lgbm", "features=static", "split=by_task", "train.topk_min_records=2", db]
+    mine = from_release(folder, tmp_path / "data", *train)
+    out = run_stage("train", mine)  # makes the workspace first (stage=tasks), builds and times nothing
+    ws = Workspace.from_cfg(compose(mine))
+    assert ws.root == tmp_path / "data" / folder.name and not (ws.root / "lib").exists()
+    assert R.workspace_release(ws.root)["name"] == folder.name
+    a = build_table(Workspace(root), "static").frame.sort_values("record_id").reset_index(drop=True)
+    b = build_table(ws, "static").frame.sort_values("record_id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+    theirs = run_stage("train", [*over, *train])
+    assert out["objective"]["value"] == pytest.approx(theirs["objective"]["value"])
+    # The workspace's records load in MetaSchedule, as the release's do.
+    from tvm.s_tir import meta_schedule as ms
+
+    assert len(ms.database.JSONDatabase(str(ws.db_workload), str(ws.db_tuning_record))
+               .get_all_tuning_records()) == 24
+
+
+def test_a_release_relabelled_on_another_machine_is_a_new_release(released, tmp_path):
+    """labels=false: no measurements come along; replay and measure label the programs here,
+    and stage=release publishes them as the next version."""
+    root, over, folder = released
+    mine = from_release(folder, tmp_path / "data", "dataset.labels=false", "measure.repeat=2",
+                        "measure.min_repeat_ms=5", f"paths.releases={tmp_path / 'rel'}", "release.version=2")
+    run_stage("tasks", mine)
+    ws = Workspace.from_cfg(compose(mine))
+    assert ws.root.name == f"{folder.name}-relabel" and not ws.measurements.exists()
+    assert ws.read("candidates")["record_id"].nunique() == 24
+    run_stage("replay", mine)
+    out = run_stage("measure", mine)
+    assert out["measured"] == 24
+    rel = run_stage("release", mine)
+    manifest = R.verify(tmp_path / "rel" / rel["release"])
+    assert rel["release"].startswith("ops-llvm-") and rel["release"].endswith("-v2")
+    assert manifest["derived_from"]["name"] == folder.name and manifest["tables"]["measurements"] == 24
+
+
+def damaged(folder: Path, tmp_path: Path, how: str) -> Path:
+    copy = tmp_path / "damaged" / folder.name
+    shutil.copytree(folder, copy)
+    table = copy / R.TABLES_DIR / "measurements.parquet"
+    manifest = json.loads((copy / R.MANIFEST).read_text())
+    if how == "flipped byte":
+        data = bytearray(table.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        table.write_bytes(bytes(data))
+    elif how == "truncated":
+        table.write_bytes(table.read_bytes()[:100])
+    elif how == "missing table":
+        table.unlink()
+    elif how == "schema version":
+        manifest["schema_version"] = "0"
+    elif how == "no candidates table":
+        del manifest["tables"]["candidates"]
+    (copy / R.MANIFEST).write_text(json.dumps(manifest))
+    return copy
+
+
+@pytest.mark.parametrize("how, says", [
+    ("flipped byte", "measurements.parquet does not match its checksum"),
+    ("truncated", "measurements.parquet does not match its checksum"),
+    ("missing table", "measurements.parquet is missing from release"),
+    ("schema version", "schema version 0"),
+    ("no candidates table", "has no candidates table"),
+])
+def test_a_damaged_release_is_refused_before_anything_is_written(released, tmp_path, how, says):
+    root, over, folder = released
+    bad = damaged(folder, tmp_path, how)
+    with pytest.raises(R.ReleaseError, match=says):
+        run_stage("tasks", from_release(bad, tmp_path / "data"))
+    assert not (tmp_path / "data" / bad.name / "tasks.parquet").exists()
+    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file() and ".locks" not in p.parts]
+
+
+def test_a_release_of_another_target_kind_is_refused_with_exit_code_2(released, tmp_path):
+    root, over, folder = released
+    cmd = [sys.executable, "-m", "pipeline", "stage=train", *from_release(folder, tmp_path / "data"), "target=h100"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "holds llvm programs" in errors[0] and "target=llvm" in errors[0]
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "data" / folder.name / "tasks.parquet").exists()
+
+
+def test_unknown_release_names_the_known_ones(released, tmp_path):
+    root, over, folder = released
+    with pytest.raises(R.ReleaseError, match=f"no release 'nope' in .*{folder.name}"):
+        run_stage("tasks", ["dataset=release", "dataset.release=nope", f"paths.releases={folder.parent}",
+                            f"paths.data={tmp_path}"])
+
+
+def test_a_release_is_written_whole_or_not_at_all(collected_workspace, tmp_path, monkeypatch):
+    root, over = collected_workspace
+    calls = []
+    real = pq.write_table
+
+    def failing(table, where, **kw):
+        calls.append(where)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(table, where, **kw)
+
+    monkeypatch.setattr(R.pq, "write_table", failing)
+    with pytest.raises(OSError):
+        run_stage("release", [*over, f"paths.releases={tmp_path}"])
+    assert list(tmp_path.iterdir()) == []  # no release, no staging folder left
+
+
+def test_hardware_slug():
+    assert R.hardware_slug({"cpu_model": "AMD EPYC", "cpu_count": 2}) == "epyc2"
+    assert R.hardware_slug({"cpu_model": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "cpu_count": 8}) == "xeon8"
+    assert R.hardware_slug({"gpu_name": "NVIDIA H100 80GB HBM3", "cpu_count": 16}) == "h100"
+
+
+# ---------------------------------------------------------------------- the committed releases
+
+
+def committed(kind: str) -> list[Path]:
+    if not COMMITTED.is_dir():
+        return []
+    return sorted(p for p in COMMITTED.iterdir() if (p / R.MANIFEST).is_file()
+                  and json.loads((p / R.MANIFEST).read_text()).get("kind") == kind)
+
+
+@pytest.mark.parametrize("folder", committed("dataset") + committed("model"), ids=lambda p: p.name)
+def test_committed_release_verifies(folder):
+    manifest = R.verify(folder)
+    assert manifest["name"] == folder.name
+
+
+def test_committed_releases_stay_compact():
+    total = sum(f.stat().st_size for f in COMMITTED.rglob("*") if f.is_file()) if COMMITTED.is_dir() else 0
+    assert total < 150e6
+
+
+@pytest.mark.skipif(not committed("model"), reason="no committed model release")
+def test_pretrained_model_loads_from_any_folder_and_tunes(tmp_path):
+    """From a folder that is not the project: the committed model by name, inside ms.tune_tir;
+    it refuses CUDA candidates."""
+    name = committed("model")[0].name
+    script = f"""
+import tempfile, tvm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.testing.te_workload import create_te_workload
+from models.adapter import PipelineCostModel, TargetKindError
+cm = PipelineCostModel.from_pretrained({name!r})
+mod = tvm.IRModule({{"main": create_te_workload("GMM", 0)}})
+with tempfile.TemporaryDirectory() as d:
+    db = ms.tune_tir(mod, tvm.target.Target({{"kind": "llvm", "num-cores": 1}}), d, max_trials_global=8,
+                     num_trials_per_iter=8, cost_model=cm)
+    assert len(db.get_all_tuning_records()) == 8
+try:
+    cm.check_target(tvm.target.Target({{"kind": "cuda", "arch": "sm_90a"}}))
+    raise SystemExit("a CPU model scored CUDA candidates")
+except TargetKindError:
+    pass
+print("OK", cm.source, len(cm.exclude_tasks))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PIPELINE_RELEASES"}
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"OK pretrained:{name}" in out.stdout
