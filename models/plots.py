@@ -117,8 +117,9 @@ def compare_chart(table: pd.DataFrame, metrics: list[str]) -> Figure:
 
 
 def heldout_chart(table: pd.DataFrame, metric: str) -> Figure:
-    """Grouped bars of `metric` per held-out network (and their mean), one bar per model, with
-    the [min, max] spread of the table (over seeds; over networks for the mean) as error bars."""
+    """A dot per model and held-out network (and their mean) for `metric`, with the [min, max]
+    spread of the table (over seeds; over networks for the mean) as its bar; a missing value
+    is left out, never drawn as 0."""
     nets = list(dict.fromkeys(table["heldout"]))
     models = list(dict.fromkeys(table["model"] + "/" + table["features"]))
     label = table["model"] + "/" + table["features"]
@@ -129,15 +130,18 @@ def heldout_chart(table: pd.DataFrame, metric: str) -> Figure:
     for i, m in enumerate(models):
         rows = table[label == m].set_index("heldout").reindex(nets)
         v = rows[metric].astype(float).to_numpy()
-        lo = v - rows.get(f"{metric}_min", rows[metric]).astype(float).to_numpy()
-        hi = rows.get(f"{metric}_max", rows[metric]).astype(float).to_numpy() - v
-        ax.bar(x + i * w - 0.4 + w / 2, np.nan_to_num(v), w, yerr=[np.nan_to_num(lo), np.nan_to_num(hi)],
-               capsize=2, label=m)
+        lo = np.clip(v - rows.get(f"{metric}_min", rows[metric]).astype(float).to_numpy(), 0, None)
+        hi = np.clip(rows.get(f"{metric}_max", rows[metric]).astype(float).to_numpy() - v, 0, None)
+        have = np.isfinite(v)
+        ax.errorbar((x + i * w - 0.4 + w / 2)[have], v[have], yerr=[np.nan_to_num(lo[have]), np.nan_to_num(hi[have])],
+                    fmt="o", ms=4, capsize=2, label=m)
     ax.set_xticks(x)
     ax.set_xticklabels(nets, fontsize=8)
     ax.set_ylabel(metric.replace("test_", "test ").replace("_", " "))
     ax.set_ylim(0, 1.05)
     ax.set_title("held-out networks: mean over seeds, bars = [min, max]; `mean`: over networks", fontsize=9)
+    for edge in x[:-1] + 0.5:
+        ax.axvline(edge, color="grey", lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, ncol=min(len(models), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

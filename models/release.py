@@ -52,7 +52,9 @@ def _fmt(values: list[float]) -> str:
     if not values:
         return ""
     mean = float(np.mean(values))
-    return f"{mean:.3f}" if len(values) == 1 else f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]"
+    if len(values) == 1 or np.isclose(min(values), max(values)):
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{min(values):.3f}, {max(values):.3f}]"
 
 
 def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldout: str) -> dict:
@@ -75,6 +77,12 @@ def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldou
             col = f"metrics.{key}"
             row[label] = _fmt(mine[col].tolist()) if col in mine else ""
         rows.append(row)
+    chance = runs[same].sort_values("start_time").drop_duplicates("tags.split_seed", keep="last")
+    if "metrics.test_random_top1_score" in chance and chance["metrics.test_random_top1_score"].notna().any():
+        rows.append({"row": "random pick (exact expectation)",
+                     "top-1": _fmt(chance["metrics.test_random_top1_score"].tolist()),
+                     "top-5": _fmt(chance.get("metrics.test_random_top5_score", chance["metrics.test_random_top1_score"])
+                                   .tolist()), "pairwise acc.": "0.500", "validation top-1": ""})
     caption = (f"Test part of split `{split}`" + (f" (held out: {heldout})" if heldout else "") +
                ": mean [min, max] over seeds; top-k over tasks with enough test records.")
     return {"columns": list(CARD_METRICS.values()), "rows": rows, "caption": caption}

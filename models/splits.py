@@ -91,8 +91,9 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
     too (TenSet's rule: no test task is trained on). `val_unit="network"` (by_network only)
     validates on one whole training network, as the test holds out a whole network (nested
     leave-one-network-out: seed s takes the s-th training network in name order, so seeds
-    0..k-1 validate on each of k training networks in turn); with fewer than 2 training
-    networks the validation part is cut by tasks, and `info["val_unit"]` says so."""
+    0..k-1 validate on each of k training networks in turn; one whose tasks would leave
+    nothing to train on passes to the next); with fewer than 2 training networks the
+    validation part is cut by tasks, and `info["val_unit"]` says so."""
     if val_unit not in VAL_UNITS:
         raise SplitError(f"split.val_unit={val_unit!r}; valid: {', '.join(VAL_UNITS)}")
     if kind not in KINDS:
@@ -142,10 +143,13 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
         info["test_networks"] = held
         info["test_tasks"] = sorted(set(tasks[test].tolist()))
         training = [n for n in names if n not in held]
-        if val_unit == "network" and len(training) >= 2:
-            vnet = training[int(seed) % len(training)]
+        # the seed-th training network, or the next one that leaves tasks to train on
+        for k in range(len(training) if val_unit == "network" and len(training) >= 2 else 0):
+            vnet = training[(int(seed) + k) % len(training)]
             vtasks = set(members.loc[members["group"] == vnet, "task_id"]) - held_tasks
             vmask = np.isin(tasks[pool], list(vtasks))
+            if vmask.all() or not vmask.any():
+                continue
             info.update(val_unit="network", val_networks=[vnet], val_tasks=sorted(set(tasks[pool][vmask].tolist())))
             return Split(kind, seed, np.sort(pool[~vmask]), np.sort(pool[vmask]), np.sort(test), info)
     if len(set(tasks[pool].tolist())) >= 3:

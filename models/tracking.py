@@ -390,12 +390,15 @@ def _log_values(values: dict) -> None:
 def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
     """The per-task tables (`<part>_per_task.json`) of training runs, one frame with each
     run's id; empty when no run logged one."""
-    if runs.empty:
-        return pd.DataFrame()
-    try:
-        return mlflow.load_table(f"{part}_per_task.json", run_ids=list(runs["run_id"]), extra_columns=["run_id"])
-    except mlflow.exceptions.MlflowException:
-        return pd.DataFrame()
+    frames = []
+    for run_id in runs.get("run_id", pd.Series(dtype=str)):
+        try:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"{part}_per_task.json")
+        except mlflow.exceptions.MlflowException:
+            continue  # a run logged before per-task tables: left out
+        table = json.loads(Path(path).read_text())  # mlflow.log_table's format: columns and data
+        frames.append(pd.DataFrame(table["data"], columns=table["columns"]).assign(run_id=run_id))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,

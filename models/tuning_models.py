@@ -49,8 +49,9 @@ DROP_ON_FAILURE = ("mlp",)
 OURS = ("ours", "ours_update")
 #: the documented comparison (README, "Tuning on a held-out network"), named wherever a run
 #: is too small to be one
-COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=zoo_ops budget=transfer tune.tasks=resnet18 "
-                      "tune.model_uri=models:/zoo_ops-llvm-heldout-resnet18@best-static tune.require_held_out=true")
+COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.release=zoo_ops-llvm-epyc2-v1 budget=transfer "
+                      "tune.tasks=resnet18 tune.model_uri=pretrained:zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4-without-resnet18 "
+                      "tune.require_held_out=true")
 
 
 class TuneError(PipelineError):

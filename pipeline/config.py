@@ -265,6 +265,10 @@ def validate(cfg) -> list[str]:
         values[key] = value
         if not rule.accepts(value):
             bad.append(f"{key}={_shown(value)} is not valid: {rule.describe()}")
+    seeds = _select(cfg, "tune.seeds") if OmegaConf.select(cfg, "tune") is not None else _MISSING
+    if seeds is not _MISSING and not (isinstance(seeds, list) and seeds and all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)):
+        bad.append(f"tune.seeds={_shown(seeds)} is not valid: a non-empty list of integers >= 0")
     index, count = values.get("shard.index"), values.get("shard.count")
     if RULES["shard.index"].accepts(index) and RULES["shard.count"].accepts(count) and index >= count:
         bad.append(f"shard.index={index} is not valid: an integer in [0, {count}) with shard.count={count}")

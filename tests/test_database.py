@@ -135,3 +135,32 @@ def test_workload_lines_that_cannot_be_read_are_none(tmp_path, text):
     lines = D.read_workload_lines(ws)
     assert lines == [["1", "x"], None, ["3", "y"]]
     assert str(lines.bad[1]).startswith(f"{ws.db_workload}:3: corrupted workload line")
+
+
+def test_force_never_deletes_the_rows_of_a_task_it_skips(measured_workspace, tmp_path, caplog):
+    """A corrupt workload line makes sample, replay and collect skip its task; with
+    force=true they redo every other task and leave that task's candidates, record lines,
+    kernels and features as they were."""
+    root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
+    ws = Workspace.from_cfg(compose(over))
+    run_stage("collect", [*over, "collect.profiler=none"])
+    tasks = ws.read("tasks")
+    victim = tasks.iloc[1]
+    mine = set(ws.read("candidates").query("task_id == @victim.task_id")["record_id"])
+    before = {t: set(ws.read(t, columns=["record_id"])["record_id"]) for t in ("candidates", "kernels", "static")}
+    lines_before = len(records_by_id(ws))
+    wl = ws.db_workload.read_bytes().split(b"\n")
+    wl[int(victim.workload_index)] = wl[int(victim.workload_index)][:40]
+    ws.db_workload.write_bytes(b"\n".join(wl))
+    over_force = [*over, "force=true"]
+    with caplog.at_level(logging.WARNING):
+        run_stage("sample", over_force)
+        run_stage("replay", over_force)
+        run_stage("collect", [*over_force, "collect.profiler=none"])
+    for t, ids in before.items():
+        now = set(ws.read(t, columns=["record_id"])["record_id"])
+        assert mine <= now, f"force=true deleted {len(mine - now)} {t} rows of the skipped task"
+        assert len(now) == len(ids), t  # sampling is seeded: the other tasks' rows come back the same
+    kept = [r for r in D.read_record_lines(D.record_files(ws))[0] if r.workload_index == int(victim.workload_index)]
+    assert len(kept) == len(mine) and len(records_by_id(ws)) == lines_before
+    assert not ws.db_tuning_record.with_name("database_tuning_record.json.removed").exists()

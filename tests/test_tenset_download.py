@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import zipfile
 
@@ -106,3 +107,36 @@ def test_unpack_refuses_members_outside_the_destination(tmp_path):
 
 def test_other_datasets_have_nothing_to_download(tmp_path):
     assert run_stage("download", [f"paths.data={tmp_path}"]) == {}
+
+
+def _hostile_zip(path, how: str):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        if how == "bomb":
+            z.writestr("dataset_gpu/big.json", b"\0" * (64 << 20))  # 64 MiB of zeros: ~64 KiB compressed
+        elif how == "total":
+            for i in range(3):  # incompressible: within the ratio bound, over the total one
+                z.writestr(f"dataset_gpu/part{i}.json", os.urandom(2 << 20))
+        elif how == "symlink":
+            info = zipfile.ZipInfo("dataset_gpu/link")
+            info.external_attr = (0o120777 << 16)
+            z.writestr(info, "/etc/passwd")
+        elif how == "clash":
+            z.writestr("dataset_gpu/a", b"file")
+            z.writestr("dataset_gpu/a/b.json", b"{}")
+        elif how == "traversal":
+            z.writestr("../outside.json", b"{}")
+
+
+@pytest.mark.parametrize("how, says", [
+    ("bomb", "inflates .*-fold"), ("total", "unpack to 0.0 GiB, over the bound of 0 GiB"), ("symlink", "symbolic link"),
+    ("clash", "needs a folder where another member is a file"), ("traversal", "points outside"),
+])
+def test_hostile_archives_are_refused_before_anything_is_unpacked(tmp_path, how, says):
+    archive = tmp_path / f"{how}.zip"
+    _hostile_zip(archive, how)
+    dest = tmp_path / "tenset"
+    bound = {"max_bytes": 4 << 20} if how == "total" else {}
+    with pytest.raises(DS.DatasetError, match=says) as e:
+        DS.unpack(archive, dest, **bound)
+    assert str(archive) in str(e.value) and "paths.data" not in str(e.value)
+    assert not dest.exists() and not (tmp_path / "outside.json").exists()

@@ -219,3 +219,30 @@ def test_storage_align_pads_the_stage_buffer():
     arrays = _inputs(dag)
     got = _run_llvm(sch.mod, arrays)[-1]
     np.testing.assert_allclose(got, arrays[0] @ arrays[1] + arrays[2], rtol=1e-5, atol=1e-5)
+
+
+def test_hostile_record_lines_are_one_error_each_and_the_good_ones_go_on(shared_fixtures, tmp_path, capsys):
+    """Non-UTF-8 bytes, deep nesting, wrong workload arguments, an unknown dtype: one line
+    each, with file:line, and the later good record still runs; a record past the memory
+    bound fails alone."""
+    from pipeline.tenset.__main__ import main
+
+    good = [line for line in (shared_fixtures / "ansor_records" / "matmul.json").read_text().splitlines()
+            if line.startswith("{")][0]
+    huge = good.replace("1024, 1024, 1024", "16384, 16384, 16384")
+    lines = [good.encode(), b"\x80\x81\xfe not utf-8", b"[" * 200000 + b"]" * 200000,
+             good.replace("1024, 1024, 1024", '\\"a\\", 1024, 1024').encode(),
+             good.replace("float32", "float33").encode(), huge.encode(), good.encode()]
+    path = tmp_path / "hostile.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    code = main(["replay", str(path), "--timeout-s", "120", "--max-memory-gib", "1"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "hostile.json:2: unreadable: not UTF-8 text" in out
+    assert "hostile.json:3: unreadable" in out
+    for n in (4, 5):
+        assert f"hostile.json:{n}" in out and ("FAILED" in out.split(f"hostile.json:{n}")[1].splitlines()[0]
+                                              or "not rebuildable" in out)
+    assert "FAILED" in out.split("hostile.json:6")[1].splitlines()[0]  # past 1 GiB: this record alone
+    assert "hostile.json:1 " in out and "hostile.json:7 " in out
+    assert out.split("hostile.json:7")[1].splitlines()[0].rstrip().endswith("correct")

@@ -206,7 +206,7 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
              "split.test_networks=[netA],[netB]", "seed=0,1", "features=static", "train.models=[lgbm,lgbm_ps]",
              f"hydra.sweep.dir={tmp_path / 'multirun'}"]
     done = subprocess.run(sweep, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     cfg = compose(over)
     mlflow.set_tracking_uri(cfg.mlflow.tracking_uri)
     runs = mlflow.search_runs(experiment_names=[cfg.workspace])
@@ -225,11 +225,14 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
 
     # the comparison of what the sweep trained: split, features and models as in its command
     out = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]"])
-    assert out["heldout_rows"] == 6 and out["ablation_rows"] == 2 and out["runs"] == 8
+    assert out["heldout_rows"] == 9 and out["ablation_rows"] == 2 and out["runs"] == 8  # + a random row per net
     assert Path(out["report"]).name == "compare-by_network-static.md"
     table = pd.read_csv(root / "reports" / "heldout-by_network-static.csv", keep_default_na=False, na_values=[""])
     assert set(zip(table["heldout"], table["model"])) == {(h, m) for h in ("netA", "netB", "mean")
-                                                          for m in ("lgbm", "lgbm_ps")}
+                                                          for m in ("lgbm", "lgbm_ps", "random")}
+    chance = table[table["model"] == "random"].set_index("heldout")
+    assert (chance["test_pair_acc"] == 0.5).all() and (chance["test_top1_score"] < 1).all()
+    table = table[table["model"] != "random"]
     assert (table["n_seeds"] == 2).all()
     for model in ("lgbm", "lgbm_ps"):
         mine = runs[runs["tags.model"] == model]
@@ -251,7 +254,9 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     logged = mlflow.search_runs(experiment_names=[cfg.workspace], filter_string="tags.stage = 'compare'")
     assert len(logged) == 1 and logged["tags.report"].iloc[0] == "compare-by_network-static"
     back = client.load_table(logged["experiment_id"].iloc[0], "heldout.json", run_ids=[logged["run_id"].iloc[0]])
-    assert len(back) == 6
+    assert len(back) == 9
+    # each model against the reference... which this sweep did not train: no interval, no error
+    assert "## Against ms_xgb" not in report
 
 
 def test_ms_xgb_on_stored_features_predicts_as_on_replayed_schedules(collected_workspace):

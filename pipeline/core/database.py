@@ -199,6 +199,28 @@ def new_record_lines(workload_index: int, mod, traces: list, target) -> list[Rec
     return [replace(r, workload_index=int(workload_index), file=None, line_no=None, raw=None) for r in lines]
 
 
+def drop_record_lines(path: Path, workload_indices: set[int]) -> int:
+    """Take the lines of these workloads out of a tuning-record file (what stage=sample
+    force=true redraws); other lines, a bad one included, stay as they are. Returns how many
+    went."""
+    if not Path(path).exists() or not workload_indices:
+        return 0
+    with file_lock(path):
+        kept, dropped = [], 0
+        for _, raw in _lines(path):
+            try:
+                value = _decode(raw)
+                if isinstance(value, list) and value and int(value[0]) in workload_indices:
+                    dropped += 1
+                    continue
+            except (ValueError, TypeError):
+                pass
+            kept.append(raw)
+        if dropped:
+            atomic_write_bytes(Path(path), b"".join(line + b"\n" for line in kept))
+        return dropped
+
+
 def append_records(path: Path, lines: list[RecordLine]) -> None:
     """Add lines at the end of a record file (a line cut short by a crash stays its own line)."""
     if not lines:

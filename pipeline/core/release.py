@@ -408,9 +408,12 @@ def dataset_card(m: dict) -> str:
               "## How it was timed", ""]
     if timing:
         busy = timing.get("timed_while_busy")
-        lines += [f"- repeats per kernel: {timing.get('repeats')}, calls per repeat: {timing.get('number')}, "
-                  f"CPU cache flushed before each repeat: {timing.get('cache_flush')}, interleaved rounds: "
-                  f"{timing.get('rounds')}",
+        def shown(v):
+            return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+
+        lines += [f"- repeats per kernel: {shown(timing.get('repeats'))}, calls per repeat: "
+                  f"{shown(timing.get('number'))}, CPU cache flushed before each repeat: "
+                  f"{shown(timing.get('cache_flush'))}, interleaved rounds: {shown(timing.get('rounds'))}",
                   f"- the host's 1-minute load average while timing: {timing.get('load_avg_min')} to "
                   f"{timing.get('load_avg_max')} on {hw.get('cpu_count')} CPUs"
                   + (f"; {busy} kernel(s) timed while it was above the CPU count" if busy else
@@ -429,7 +432,9 @@ def dataset_card(m: dict) -> str:
         lines += ["Not measured for this release (`benchmarks/measurement_noise.py` writes it)."]
     lines += ["", "## Failures", "",
               f"- sampling errors: {fail['sample_errors']}, build errors: {fail['build_errors']}, "
-              f"measurement errors: {fail['measure_errors']} {fail.get('measure_error_kinds') or ''}",
+              f"measurement errors: {fail['measure_errors']}"
+              + (" (" + ", ".join(f"{k}: {v}" for k, v in (fail.get("measure_error_kinds") or {}).items()) + ")"
+                 if fail.get("measure_error_kinds") else ""),
               f"- outputs checked against the unscheduled reference: {fail['checked']}, incorrect: "
               f"{fail['incorrect']}",
               "", "## How it was made", ""]
@@ -458,10 +463,21 @@ def model_card(m: dict) -> str:
         f"# {m['name']}", "",
         f"A `{m['model']}` cost model on `{m['features']}` features for target kind `{m['target_kind']}`, trained "
         f"on release `{m.get('training_release')}` (hardware: {m.get('hardware')}).", "",
-        f"- split: `{m.get('split')}`; held-out networks: {', '.join(m.get('test_networks') or []) or 'none'} "
-        f"({len(m.get('test_tasks') or [])} held-out tasks, never trained on)",
-        f"- MLflow run {m.get('run_id')} (seed {m.get('seed')}), TVM {m.get('versions', {}).get('apache-tvm')}", "",
+        (f"- split: `{m.get('split')}`; held-out networks: {', '.join(m.get('test_networks') or []) or 'none'} "
+         f"({len(m.get('test_tasks') or [])} held-out tasks, never trained on)") if m.get("test_tasks") else
+        f"- split: `{m.get('split')}`: trained on every task of the release (a share of each task's records held "
+        f"out for validation and test)",
+        f"- MLflow run {m.get('run_id')} (seed {m.get('seed')}), TVM {m.get('versions', {}).get('apache-tvm')}",
     ]
+    own = m.get("metrics") or {}
+    if own:
+        shown = [f"{label} {own[k]:.3f}" for k, label in (("test_top1_score", "test top-1"), ("test_top5_score", "top-5"),
+                                                          ("test_pair_acc", "pairwise accuracy"),
+                                                          ("val_top1_score", "validation top-1"),
+                                                          ("val_pair_acc", "validation pairwise accuracy"))
+                 if own.get(k) is not None]
+        lines += [f"- this run: {', '.join(shown)}"]
+    lines += [""]
     if ev.get("rows"):
         cols = ev["columns"]
         lines += ["## Evaluation", "", ev.get("caption", ""), "", "| | " + " | ".join(cols) + " |",

@@ -211,16 +211,17 @@ class Workspace:
         """The items of `shard` that table `name` has no row for yet: what a stage still has to do.
 
         Items and table rows are matched on `on` (default: the table's key). force=True first
-        deletes this shard's part files of the table and of `clears` (tables written along
-        with it), so the whole shard is redone; other shards keep theirs. retry_errors=True:
-        an item whose rows all carry an `error` is not done either (a failure that a new run
-        may not repeat)."""
+        deletes the rows of these items from the table and from `clears` (tables written along
+        with it, matched on the key columns they share), so the items are redone; rows of
+        anything else (other shards, a task the stage skips) stay. retry_errors=True: an item
+        whose rows all carry an `error` is not done either (a failure that a new run may not
+        repeat)."""
         t = table(name)
         items = shard.of(items, by=shard_by)
-        if force:
-            for other in (t, *clears):
-                self.drop_shard(other, shard.index, device)
         keys = list(on or t.key)
+        if force and len(items):
+            for other in (t, *clears):
+                self.delete_matching(other, items[keys].drop_duplicates(), device)
         done = self.read(t, device, columns=[*keys, "error"] if retry_errors else keys)
         if retry_errors and "error" in done.columns:
             done = done[done["error"].isna()]
@@ -230,16 +231,6 @@ class Workspace:
             return items[~items[keys[0]].isin(set(done[keys[0]]))]
         have = pd.MultiIndex.from_frame(done[keys])
         return items[~pd.MultiIndex.from_frame(items[keys]).isin(have)]
-
-    def drop_shard(self, name: str | Table, index: int, device: str | None = None) -> int:
-        """Delete shard `index`'s part files of a table (of every device when none is given)."""
-        t = table(name)
-        folder = self.path(t, device)
-        pattern = f"part-{index:04d}-*.parquet"
-        files = list(folder.glob(pattern if device is not None or not t.partition else f"*/{pattern}"))
-        for f in files:
-            f.unlink()
-        return len(files)
 
     def delete_rows(self, name: str | Table, keys: Iterable[str], device: str | None = None) -> int:
         """Delete the rows whose first key column is in `keys` from a table folder (of one
@@ -261,6 +252,37 @@ class Workspace:
             removed += n
             data = part.read()
             keep = data.filter(pc.invert(pc.is_in(data[t.key[0]], value_set=keys)))
+            if keep.num_rows:
+                tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
+                pq.write_table(keep, tmp)
+                os.replace(tmp, f)
+            else:
+                f.unlink()
+        return removed
+
+    def delete_matching(self, name: str | Table, items: pd.DataFrame, device: str | None = None) -> int:
+        """Delete the rows of a table folder whose values in the columns of `items` (those the
+        table has) match a row of `items`; each part that holds one is rewritten without it
+        (atomically), a part left empty goes. Returns how many rows went."""
+        t = table(name)
+        folder = self.path(t, device)
+        if items.empty or not folder.is_dir():
+            return 0
+        removed = 0
+        for f in part_files(folder):
+            part = pq.ParquetFile(f)
+            cols = [c for c in items.columns if c in part.schema_arrow.names]
+            if not cols:
+                continue
+            keys = part.read(columns=cols).to_pandas()
+            hit = pd.MultiIndex.from_frame(keys[cols].astype(str)).isin(
+                pd.MultiIndex.from_frame(items[cols].drop_duplicates().astype(str)))
+            n = int(hit.sum())
+            if not n:
+                continue
+            removed += n
+            data = part.read()
+            keep = data.filter(pa.array(~hit))
             if keep.num_rows:
                 tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
                 pq.write_table(keep, tmp)

@@ -33,6 +33,8 @@ NOT_IN_ALL = ("release",)
 # A workspace made from a release (dataset=release) has its kernels timed already: the
 # chain makes it (tasks) and trains on it.
 FROM_RELEASE = ("tasks", "train", "compare")
+# Seconds a stage waits for another process that is making the same workspace from a release.
+MAKE_WAIT_S = 600.0
 
 
 def stages_for_all(cfg) -> list[str]:
@@ -73,7 +75,12 @@ def run_of(name: str):
             from pipeline.core.workspace import Workspace
 
             if not Workspace.from_cfg(cfg, check=False).tasks.exists():
-                run_of("tasks")(cfg)
+                from omegaconf import OmegaConf, open_dict
+
+                first = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+                with open_dict(first):
+                    first.lock.wait_s = MAKE_WAIT_S  # a parallel job of a sweep may be making it
+                run_of("tasks")(first)
         if name not in LOCKED:
             return run(cfg)
         return locked(cfg)

@@ -73,7 +73,12 @@ def failed_static(job: dict, reason: str) -> dict[str, list[dict]]:
 
 
 def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, executor: E.Executor) -> dict:
-    todo = ws.todo("static", cands, shard=shard, force=bool(cfg.force), clears=("static_stores", "cuda_resources"))
+    workloads = D.read_workload_lines(ws)
+    tasks = D.usable_tasks(ws.read("tasks"), workloads, "collect").set_index("task_id")
+    # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
+    cands = shard.of(cands)
+    cands = cands[cands["task_id"].isin(set(tasks.index))]
+    todo = ws.todo("static", cands, shard=Shard(), force=bool(cfg.force), clears=("static_stores", "cuda_resources"))
     counts = {"static": 0, "static_errors": 0}
     if todo.empty:
         return counts
@@ -85,9 +90,6 @@ def collect_static(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, execut
             except cuda_resources.NvccMissing as e:
                 log.warning("%s", e)
         counts["cuda_kernels"] = 0
-    workloads = D.read_workload_lines(ws)
-    tasks = D.usable_tasks(ws.read("tasks"), workloads, "collect").set_index("task_id")
-    todo = todo[todo["task_id"].isin(set(tasks.index))]
     jobs = [dict(workload=workloads[int(tasks.loc[task_id, "workload_index"])],
                  target=json.loads(tasks.loc[task_id, "target"]), cuda=cuda, nvcc=str(cfg.collect.nvcc),
                  records=[(r.record_id, r.task_id, None if pd.isna(r.trace_json) else r.trace_json, r.error)

@@ -38,7 +38,9 @@ def hardware_of(meas: pd.DataFrame) -> dict:
     measurements (one machine; several are listed and named `mixed`)."""
     ok = meas[meas["error"].isna()] if "error" in meas else meas
     cols = ["hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver"]
-    hosts = ok[[c for c in cols if c in ok]].drop_duplicates().replace({np.nan: None}).to_dict("records")
+    hosts = ok[[c for c in cols if c in ok]].drop_duplicates().astype(object).where(lambda d: d.notna(), None)
+    hosts = [{k: int(v) if k == "cpu_count" and v is not None else v for k, v in h.items()}
+             for h in hosts.to_dict("records")]
     if not hosts:
         return {"hardware": None, "hosts": []}
     if len({h.get("hardware") for h in hosts}) > 1:
@@ -54,12 +56,13 @@ def timing_of(meas: pd.DataFrame) -> dict:
     cpus = ok["cpu_count"].dropna() if "cpu_count" in ok else pd.Series(dtype=float)
 
     def values(col):
-        return sorted({v for v in ok[col].dropna().tolist()}) if col in ok else []
+        vals = sorted({v for v in ok[col].dropna().tolist()}) if col in ok else []
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in vals]
 
     busy = int((load > cpus.reindex(load.index)).sum()) if len(load) and len(cpus) else None
     return {"repeats": values("repeats"), "number": values("number"), "cache_flush": values("cache_flush"),
-            "rounds": values("rounds"), "load_avg_min": float(load.min()) if len(load) else None,
-            "load_avg_max": float(load.max()) if len(load) else None, "timed_while_busy": busy}
+            "rounds": values("rounds"), "load_avg_min": round(float(load.min()), 2) if len(load) else None,
+            "load_avg_max": round(float(load.max()), 2) if len(load) else None, "timed_while_busy": busy}
 
 
 def failures_of(ws: Workspace) -> dict:

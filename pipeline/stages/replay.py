@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 
 
@@ -47,6 +48,24 @@ def lost_libraries(ws: Workspace) -> set[str]:
     return {r.record_id for r in built.itertuples() if not (ws.root / r.artifact).is_file()}
 
 
+def remove_stale_partial_libraries(ws: Workspace) -> int:
+    """Delete `lib/<record>.so.<pid>.tmp.so` files of builds whose process is gone (a killed
+    replay's half-written exports); a running build's file is left alone."""
+    removed = 0
+    for f in ws.kernel_libs.glob("*.tmp.so"):
+        pid = f.name[:-len(".tmp.so")].rsplit(".", 1)[-1]
+        try:
+            os.kill(int(pid), 0)
+            continue  # its build is still running
+        except (ValueError, ProcessLookupError):
+            pass
+        except PermissionError:
+            continue
+        f.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
 def failed_build(job: dict, reason: str) -> dict:
     return dict(record_id=job["record_id"], task_id=job["task_id"], error=f"build: {reason}")
 
@@ -55,15 +74,21 @@ def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     shard = Shard.from_cfg(cfg)
     cands = ws.read("candidates", require=True)
-    cands = cands[cands["error"].isna()]
-    lost = lost_libraries(ws) & set(shard.of(cands)["record_id"]) if not cfg.force else set()
+    cands = shard.of(cands[cands["error"].isna()])
+    # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
+    usable = D.usable_tasks(ws.read("tasks", require=True), D.read_workload_lines(ws), "replay")
+    cands = cands[cands["task_id"].isin(set(usable["task_id"]))]
+    lost = lost_libraries(ws) & set(cands["record_id"]) if not cfg.force else set()
     if lost:
         log.warning("%d built kernel(s) have lost their library under %s: built again", len(lost), ws.kernel_libs)
         ws.delete_rows("kernels", lost)
-    todo = ws.todo("kernels", cands, shard=shard, force=bool(cfg.force))
-    skipped = len(shard.of(cands)) - len(todo)
+    todo = ws.todo("kernels", cands, shard=Shard(), force=bool(cfg.force))
+    skipped = len(cands) - len(todo)
     jobs = build_jobs(ws, todo, target_dict(cfg)) if len(todo) else []
     ws.kernel_libs.mkdir(parents=True, exist_ok=True)
+    stale = remove_stale_partial_libraries(ws)
+    if stale:
+        log.info("removed %d half-written librar%s of an interrupted replay", stale, "y" if stale == 1 else "ies")
     t0 = time.time()
     counts = {"built": 0, "failed": 0}
     if jobs:

@@ -118,14 +118,15 @@ def run(cfg) -> dict:
     strategies = strategies_of(cfg)
     target = target_dict(cfg)
     out_file = D.shard_record_file(ws, shard.index, shard.count)
-    if cfg.force:
-        out_file.unlink(missing_ok=True)
-    pairs = tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross")  # task-major
-    # A task that failed (a bad setting, a space that could not be generated) is not done.
-    todo = ws.todo("candidates", pairs, shard=shard, force=bool(cfg.force), on=("task_id", "strategy"),
-                   shard_by="task_id", retry_errors=True)
     workloads = D.read_workload_lines(ws)
-    todo = D.usable_tasks(todo, workloads, "sample") if len(todo) else todo
+    # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
+    pairs = shard.of(tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross"), by="task_id")  # task-major
+    pairs = D.usable_tasks(pairs, workloads, "sample") if len(pairs) else pairs
+    if cfg.force:
+        D.drop_record_lines(out_file, set(pairs["workload_index"].astype(int)))
+    # A task that failed (a bad setting, a space that could not be generated) is not done.
+    todo = ws.todo("candidates", pairs, shard=Shard(), force=bool(cfg.force), on=("task_id", "strategy"),
+                   retry_errors=True)
     retried = ws.delete_rows("candidates", {failed_row_id(r.task_id, r.strategy) for r in todo.itertuples()})
     known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     n = int(cfg.budget.candidates_per_task)

@@ -124,6 +124,7 @@ def scored_members(members, split, part: str):
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     tracking.best_metric(cfg)  # a test-part metric for `best` is refused before any work
+    tracking.setup(cfg)  # and an unreadable MLflow store before the first model is trained
     models = model_configs(cfg)
     feature_sets = feature_configs(cfg)
     explicit = str(cfg.features.name) != EACH

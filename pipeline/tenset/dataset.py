@@ -64,19 +64,64 @@ def check_zip(path: Path) -> int:
     return n
 
 
-def unpack(archive: Path, dest: Path) -> Path:
-    """Unpacks `archive` into `dest` once (a marker file records completion)."""
+# Bounds on what an untrusted archive may unpack to: TenSet's largest archive unpacks to a few
+# GB of JSON at a ratio of about 10; a zip bomb declares gigabytes per compressed kilobyte.
+MAX_UNPACKED_BYTES = 64 << 30
+MAX_RATIO = 200  # uncompressed / compressed size of one member (members over 1 MiB)
+_S_IFLNK = 0o120000
+
+
+def check_members(archive: Path, members: list[zipfile.ZipInfo], root: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
+                  max_ratio: float = MAX_RATIO) -> None:
+    """Refuse an archive before anything is unpacked: a member outside `root`, a symbolic
+    link, two members that clash (a file where another needs a folder, or a name twice),
+    a member that inflates more than `max_ratio` times, or more than `max_bytes` in all
+    (the declared sizes: zipfile stops a member at its declared size)."""
+    total, files, dirs = 0, set(), set()
+    for m in members:
+        name = m.filename.rstrip("/")
+        if not (root / m.filename).resolve().is_relative_to(root):  # an untrusted archive must not escape dest
+            raise DatasetError(f"{archive}: member {m.filename!r} points outside {root}; refusing to unpack")
+        if (m.external_attr >> 16) & 0o170000 == _S_IFLNK:
+            raise DatasetError(f"{archive}: member {m.filename!r} is a symbolic link; refusing to unpack (TenSet's "
+                               f"archives hold none): use the archive as published")
+        parents = {str(Path(name).parents[i]) for i in range(len(Path(name).parts) - 1)}
+        if m.is_dir():
+            dirs.add(name)
+        elif name in files or name in dirs:
+            raise DatasetError(f"{archive}: member {m.filename!r} appears twice or clashes with a folder; refusing "
+                               f"to unpack: use the archive as published")
+        else:
+            files.add(name)
+        dirs |= parents
+        if files & parents or dirs & files:
+            raise DatasetError(f"{archive}: member {m.filename!r} needs a folder where another member is a file; "
+                               f"refusing to unpack: use the archive as published")
+        if m.file_size > (1 << 20) and m.file_size > max_ratio * max(m.compress_size, 1):
+            raise DatasetError(f"{archive}: member {m.filename!r} inflates {m.file_size / max(m.compress_size, 1):.0f}"
+                               f"-fold ({m.compress_size} -> {m.file_size} bytes), over the bound of {max_ratio:g}; "
+                               f"refusing to unpack (a zip bomb?): use the archive as published")
+        total += m.file_size
+    if total > max_bytes:
+        raise DatasetError(f"{archive}: its members unpack to {total / 2**30:.1f} GiB, over the bound of "
+                           f"{max_bytes / 2**30:.0f} GiB; refusing to unpack: use the archive as published")
+
+
+def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES, max_ratio: float = MAX_RATIO) -> Path:
+    """Unpacks `archive` into `dest` once (a marker file records completion), within the
+    bounds of `check_members`."""
     marker = dest / f".unpacked-{archive.name}"
     if marker.exists():
         return dest
-    check_zip(archive)
-    dest.mkdir(parents=True, exist_ok=True)
     root = dest.resolve()
+    try:
+        with zipfile.ZipFile(archive) as z:  # the declared members first: a bomb is never inflated
+            check_members(archive, z.infolist(), root, max_bytes=max_bytes, max_ratio=max_ratio)
+    except zipfile.BadZipFile as e:
+        raise DatasetError(f"{archive} is not a valid zip archive ({e}); delete it and download it again") from e
+    check_zip(archive)
     with zipfile.ZipFile(archive) as z:
-        for m in z.infolist():
-            target = (root / m.filename).resolve()
-            if not target.is_relative_to(root):  # an untrusted archive must not escape dest
-                raise DatasetError(f"{archive}: member {m.filename!r} points outside {dest}; refusing to unpack")
+        dest.mkdir(parents=True, exist_ok=True)
         log.info("unpacking %s into %s", archive, dest)
         z.extractall(root)
     marker.write_text(archive.name + "\n")

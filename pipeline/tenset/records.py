@@ -94,14 +94,23 @@ def read_records(paths: Iterable[str | Path], max_per_file: int | None = None) -
     for p in paths:
         p = Path(p)
         n = 0
-        with open(p, encoding="utf-8") as f:
-            for i, text in enumerate(f, 1):
+        with open(p, "rb") as f:
+            for i, raw in enumerate(f, 1):
                 if max_per_file is not None and n >= int(max_per_file):
                     break
                 try:
-                    r = parse_line(text, p.name, i)
+                    r = parse_line(raw.decode("utf-8"), p.name, i)
+                except UnicodeDecodeError as e:
+                    errors.append(dict(source=p.name, line=i, error=f"not UTF-8 text ({e.reason} at byte {e.start})"))
+                    continue
+                except RecursionError:
+                    errors.append(dict(source=p.name, line=i, error="nested too deeply to be a record"))
+                    continue
                 except RecordError as e:
                     errors.append(dict(source=p.name, line=i, error=str(e)))
+                    continue
+                except (ValueError, TypeError, KeyError, IndexError) as e:  # a hostile line: its own error row
+                    errors.append(dict(source=p.name, line=i, error=f"not a record ({type(e).__name__}: {e})"))
                     continue
                 if r is not None:
                     records.append(r)
