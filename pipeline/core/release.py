@@ -250,6 +250,16 @@ def publish(tmp: Path, dest: Path, *, force: bool) -> Path:
     return dest
 
 
+def seal(tmp: Path, dest: Path, manifest: dict, card_name: str, card, force: bool) -> dict:
+    """Finish a staging folder: its card, the manifest with every file's size and sha256,
+    then publish it as `dest`; returns the manifest."""
+    (tmp / card_name).write_text(card(manifest))
+    manifest["files"] = file_entries(tmp)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    publish(tmp, dest, force=force)
+    return manifest
+
+
 def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = False,
                  record_lines: Iterable[str] = ()) -> dict:
     """Write workspace `ws` as the dataset release `dest`; returns its manifest.
@@ -269,11 +279,7 @@ def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = F
         (tmp / DATABASE_FILES[1]).write_text("".join(f"{line}\n" for line in record_lines))
         manifest = {"format": FORMAT, "kind": "dataset", "name": dest.name, "schema_version": S.SCHEMA_VERSION,
                     **info, "tables": rows}
-        (tmp / DATASET_CARD).write_text(card(manifest))
-        manifest["files"] = file_entries(tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        publish(tmp, dest, force=force)
-        return manifest
+        return seal(tmp, dest, manifest, DATASET_CARD, card, force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -283,12 +289,7 @@ def pack_model(model_dir: Path, dest: Path, *, info: dict, card, force: bool = F
     tmp = staging(dest)
     try:
         shutil.copytree(model_dir, tmp / "model")
-        manifest = {"format": FORMAT, "kind": "model", "name": dest.name, **info}
-        (tmp / MODEL_CARD).write_text(card(manifest))
-        manifest["files"] = file_entries(tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-        publish(tmp, dest, force=force)
-        return manifest
+        return seal(tmp, dest, {"format": FORMAT, "kind": "model", "name": dest.name, **info}, MODEL_CARD, card, force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -234,31 +234,9 @@ class Workspace:
 
     def delete_rows(self, name: str | Table, keys: Iterable[str], device: str | None = None) -> int:
         """Delete the rows whose first key column is in `keys` from a table folder (of one
-        device, or of every device); returns how many went. Each part that holds one is
-        rewritten without it (atomically, under its own name); a part left empty goes."""
+        device, or of every device); returns how many went (see `delete_matching`)."""
         t = table(name)
-        keys = pa.array(sorted(set(keys)), pa.string())
-        folder = self.path(t, device)
-        if not len(keys) or not folder.is_dir():
-            return 0
-        removed = 0
-        for f in part_files(folder):
-            part = pq.ParquetFile(f)  # the part alone: no partition column from its path
-            if t.key[0] not in part.schema_arrow.names:
-                continue
-            n = pc.sum(pc.is_in(part.read(columns=[t.key[0]])[t.key[0]], value_set=keys)).as_py() or 0
-            if not n:
-                continue
-            removed += n
-            data = part.read()
-            keep = data.filter(pc.invert(pc.is_in(data[t.key[0]], value_set=keys)))
-            if keep.num_rows:
-                tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}.tmp")
-                pq.write_table(keep, tmp)
-                os.replace(tmp, f)
-            else:
-                f.unlink()
-        return removed
+        return self.delete_matching(t, pd.DataFrame({t.key[0]: sorted(set(keys))}, dtype=object), device)
 
     def delete_matching(self, name: str | Table, items: pd.DataFrame, device: str | None = None) -> int:
         """Delete the rows of a table folder whose values in the columns of `items` (those the
@@ -268,15 +246,16 @@ class Workspace:
         folder = self.path(t, device)
         if items.empty or not folder.is_dir():
             return 0
-        removed = 0
+        removed, wanted = 0, {}
         for f in part_files(folder):
             part = pq.ParquetFile(f)
-            cols = [c for c in items.columns if c in part.schema_arrow.names]
+            cols = tuple(c for c in items.columns if c in part.schema_arrow.names)
             if not cols:
                 continue
-            keys = part.read(columns=cols).to_pandas()
-            hit = pd.MultiIndex.from_frame(keys[cols].astype(str)).isin(
-                pd.MultiIndex.from_frame(items[cols].drop_duplicates().astype(str)))
+            if cols not in wanted:
+                wanted[cols] = pd.MultiIndex.from_frame(items[list(cols)].drop_duplicates().astype(str))
+            keys = part.read(columns=list(cols)).to_pandas()
+            hit = pd.MultiIndex.from_frame(keys[list(cols)].astype(str)).isin(wanted[cols])
             n = int(hit.sum())
             if not n:
                 continue
