@@ -123,7 +123,7 @@ def check_one_machine(ws: Workspace, meas: pd.DataFrame) -> None:
             f"{ws.measurements} holds measurements of {len(counts)} machines: {which}. Labels compare each "
             f"record with its task's best latency, which is meaningless across machines. Set "
             f"train.allow_mixed_hardware=true to label each machine's records against that machine's own best "
-            f"(README: Merging datasets from several machines), or keep one machine's measurements.")
+            f"(docs/datasets.md: Merging datasets from several machines), or keep one machine's measurements.")
 
 
 def usable_rows(meas: pd.DataFrame) -> pd.Series:

@@ -47,7 +47,7 @@ BASELINE = "xgb"
 DROP_ON_FAILURE = ("mlp",)
 #: kinds that need the pipeline's model (load_ours)
 OURS = ("ours", "ours_update")
-#: the documented comparison (README, "Tuning on a held-out network"), named wherever a run
+#: the documented comparison (docs/tuning.md, "Tuning on a held-out network"), named wherever a run
 #: is too small to be one
 COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.release=zoo_ops-llvm-epyc2-v1 budget=transfer "
                       "tune.tasks=resnet18 tune.model_uri=pretrained:zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4-without-resnet18 "
@@ -208,5 +208,5 @@ def warmup_note(kinds: list[str], seen_by_xgb: int, warmup: int) -> str | None:
         return None
     return (f"Not a comparison of cost models: XGBModel ({BASELINE}) measures {seen_by_xgb} candidates per run, "
             f"fewer than its warm-up of {warmup} (tune.xgb_warmup), during which it predicts at random; these "
-            f"figures compare with random search. The comparison: `{COMPARISON_COMMAND}` (README, Tuning on a "
-            f"held-out network).")
+            f"figures compare with random search. The comparison: `{COMPARISON_COMMAND}` (docs/tuning.md, Tuning "
+            f"on a held-out network).")

@@ -199,7 +199,7 @@ def networks_workspace(collected_workspace, tmp_path_factory):
 
 
 def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
-    """The README's leave-one-network-out commands at test size: a Hydra multirun over held-out
+    """The leave-one-network-out commands (README, docs/models.md) at test size: a Hydra multirun over held-out
     networks and seeds, then stage=compare's tables with spreads and its MLflow run."""
     root, over, tasks = networks_workspace
     sweep = [sys.executable, "-m", "pipeline", "-m", "stage=train", *over, "split=by_network",

@@ -14,7 +14,7 @@ from pipeline.config import run_stage
 SEARCH = ["tune.strategy.population_size=32", "tune.strategy.init_min_unmeasured=16", "tune.runner.min_repeat_ms=10",
           "tune.strategy.genetic_num_iters=2"]
 TINY = ["tune.max_tasks=1", "tune.trials=8", "tune.per_iter=8", "tune.cost_models=[ours,xgb,random]", *SEARCH]
-# The smaller variant of the held-out network experiment (README, Tuning on a held-out
+# The smaller variant of the held-out network experiment (docs/tuning.md, Tuning on a held-out
 # network): a one-layer BERT encoder over 16 tokens, its 2 heaviest tasks, 2 trials each,
 # 2 seeds, the cost models of budget=transfer but random (the tiny tune above runs it); xgb's
 # warm-up shortened so that its booster runs.
@@ -104,7 +104,7 @@ def test_network_tune_with_held_out_model(trained_store):
     from models.tuning_models import TuneError
 
     root, over, db = trained_store
-    name = f"{root.name}-heldout"  # named through config, as the README's command does
+    name = f"{root.name}-heldout"  # named through config, as the documented command does
     run_stage("train", [*over, "model=lgbm", "features=static", f"mlflow.registered_model={name}"])
     uri = f"models:/{name}@best-static"
     out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}"])
