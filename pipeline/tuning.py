@@ -19,11 +19,14 @@ that every latency of a report comes from the same kind of machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -79,6 +82,8 @@ class TrialRecorder(PyMeasureCallback):
             lat = sum(secs) / len(secs) if secs and not err else None
             self.trials.append(Trial(name, self.counts[name], self.batches[name], lat,
                                      (str(err).strip().splitlines() or [""])[-1][:300] if err else None, now))
+        if INTERRUPTED.is_set():  # after the batch a Ctrl-C came in: stop this run (see stop_on_interrupt)
+            raise TuneInterrupted("interrupted (Ctrl-C)")
 
 
 @dataclass
@@ -329,6 +334,45 @@ class Comparison:
     reused: int = 0  # runs taken from an earlier, interrupted invocation
 
 
+# Set by a Ctrl-C (SIGINT) while runs are tuned here. A KeyboardInterrupt raised at any
+# point inside MetaSchedule's C++ loop can abort the process (std::terminate) or be turned
+# into a failed candidate by the runner workers the Ctrl-C killed; so a Ctrl-C only sets
+# this flag, the measure callback ends the run after its batch (an ordinary error, which
+# MetaSchedule passes up), and the run is then neither saved nor followed by another.
+INTERRUPTED = threading.Event()
+
+
+class TuneInterrupted(RuntimeError):
+    """Raised by the measure callback to end a run after a Ctrl-C."""
+
+
+@contextlib.contextmanager
+def stop_on_interrupt() -> Iterator[None]:
+    """Within the block, a first SIGINT sets INTERRUPTED (the comparison stops after the
+    current batch, with KeyboardInterrupt); a second one does what SIGINT did before."""
+    INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        if not INTERRUPTED.is_set():
+            INTERRUPTED.set()
+            log.warning("Ctrl-C: stopping after the current batch (Ctrl-C again to stop at once)")
+            return
+        if callable(before):
+            before(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _save_run(path: Path, run: dict) -> None:
     atomic_write_bytes(path, json.dumps(run, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
 
@@ -356,8 +400,12 @@ def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], o
         if result.end_to_end is not None:
             net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
     except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
+        if INTERRUPTED.is_set():  # a Ctrl-C that MetaSchedule turned into an error: not the run's result
+            raise KeyboardInterrupt from e
         row["error"] = _error_text(e)
         log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
+    if INTERRUPTED.is_set():  # its labels may come from runner workers the Ctrl-C killed: never kept
+        raise KeyboardInterrupt
     return {"row": row, "trials": run_trials, "end_to_end": net}
 
 
@@ -453,7 +501,8 @@ def _run_remote(remote: Remote, todo: list[tuple], untuned: list, setup: Setup) 
 
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
             setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
-            before_first: Callable[[], None] | None = None, remote: Remote | None = None) -> Comparison:
+            before_first: Callable[[], None] | None = None, remote: Remote | None = None,
+            on_finished: Callable[[dict], None] | None = None) -> Comparison:
     """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
     network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
 
@@ -464,7 +513,8 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     without one starts from an empty folder (a run cut short leaves a partial database that
     would seed its search). `before_first()` runs once, before the first run that tunes here
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
-    (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used."""
+    (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
+    `on_finished(done)` is called with each run that finishes without error, once it is saved."""
     trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
     todo = []
     for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
@@ -491,6 +541,8 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             if done["end_to_end"] is not None:
                 e2e.append(done["end_to_end"])
             _save_run(setup.work / run_folder(row["task"], row["cost_model"], row["seed"]) / "result.json", done)
+            if on_finished is not None:
+                on_finished(done)
         elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
             dropped[row["cost_model"]] = row["error"]
             log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
@@ -508,15 +560,19 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 else:
                     log.error("timing %s untuned failed: %s", done["network"], done["error"])
     else:
-        for item, seed, kind in progress(todo, desc="tune", unit="run"):
-            if kind in dropped:
-                continue
-            if before_first is not None:
-                before_first()
-                before_first = None
-            keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / run_folder(item.name, kind, seed)))
-        timed = {row["network"] for row in e2e}
-        untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
+        with stop_on_interrupt():  # Ctrl-C: the finished runs are saved, the one in progress is not
+            for item, seed, kind in progress(todo, desc="tune", unit="run"):
+                if kind in dropped:
+                    continue
+                if before_first is not None:
+                    before_first()
+                    before_first = None
+                keep(tune_one(item, kind, seed, make_cost_model, setup,
+                              setup.work / run_folder(item.name, kind, seed)))
+            timed = {row["network"] for row in e2e}
+            untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
+            if INTERRUPTED.is_set():
+                raise KeyboardInterrupt
     if e2e:
         e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
     return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, pd.DataFrame(new_trials),

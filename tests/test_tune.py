@@ -381,3 +381,59 @@ def test_warmup_note_and_the_documented_comparison():
                            "fewer than its warm-up of 100") and COMPARISON_COMMAND in note
     docs = (Path(__file__).resolve().parents[1] / "docs" / "tuning.md").read_text()
     assert COMPARISON_COMMAND in " ".join(docs.split())  # the tuning page documents that very command
+
+
+def test_ctrl_c_during_tune_exits_130_keeps_finished_runs_and_never_the_one_in_progress(trained_store, tmp_path):
+    """Ctrl-C to the process group, as a terminal sends it, while the second of four runs
+    tunes: exit code 130 with one line and no traceback; the first run's result is kept, the
+    run in progress is not saved (its runner workers died with the Ctrl-C), and the same
+    command then reuses the first run and tunes the others."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root, over, db = trained_store
+    args = [*over, "stage=tune", "tune.max_tasks=1", "tune.trials=40", "tune.per_iter=8",
+            "tune.cost_models=[random,xgb]", "tune.seeds=[0,1]", *SEARCH]
+    started = time.time()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def saved():
+        return [p for p in root.glob("tune/*/*/*/result.json") if p.stat().st_mtime >= started]
+
+    def tuning():  # a run folder with MetaSchedule's database and no result yet
+        return [d for d in root.glob("tune/*/*/*") if d.stat().st_mtime >= started - 1
+                and not (d / "result.json").exists() and list(d.rglob("database_tuning_record.json"))]
+
+    try:
+        deadline = time.time() + 400
+        while not (saved() and tuning()):
+            assert time.time() < deadline and proc.poll() is None, "no run finished, or none tuning after it"
+            time.sleep(0.05)
+        finished = len(saved())
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out + err
+    assert proc.returncode == 130, text[-3000:]
+    assert "Traceback" not in text and len([x for x in text.splitlines() if "interrupted during stage=tune" in x]) == 1
+    kept = saved()
+    assert len(kept) == finished < 4 and all(json.loads(k.read_text())["row"]["error"] is None for k in kept)
+    # the finished runs' trials are in the workspace's trials table already, and only theirs
+    from pipeline.core import schema as S
+    from pipeline.core.workspace import read_table
+
+    table = read_table(root / "tune_trials", S.TUNE_TRIALS)
+    table = table[table["tune_run"] == table["tune_run"].max()]
+    runs = {(r["row"]["cost_model"], r["row"]["seed"]) for r in map(lambda k: json.loads(k.read_text()), kept)}
+    assert set(zip(table["cost_model"], table["seed"])) == runs and len(table) == 40 * finished
+    out = run_stage("tune", [*over, *args[len(over) + 1:]])
+    assert out["reused_runs"] == finished and out["runs"] == 4 and out["failed_runs"] == 0

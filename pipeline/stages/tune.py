@@ -80,7 +80,16 @@ def run(cfg) -> dict:
                                    str(info.get("run_id")), str(info.get("version"))],
                                   sort_keys=True, default=str).encode()).hexdigest()[:12]
     work = ws.root / "tune" / key
-    run_args = dict(drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force))
+
+    def stamped(df: pd.DataFrame) -> pd.DataFrame:
+        return (df if len(df) else pd.DataFrame(columns=TRIAL_COLUMNS)).rename(columns={"index": "trial"}).assign(
+            tune_run=stamp)
+
+    def finished(done: dict) -> None:  # a run's trials go into the table as it is saved, not at the end
+        if done["trials"]:
+            write_part(stamped(pd.DataFrame(done["trials"])), S.TUNE_TRIALS, ws.root / "tune_trials")
+
+    run_args = dict(drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=finished)
     try:
         if ex.runs_here:
             setup = tuning.make_setup(spec, work)
@@ -103,13 +112,7 @@ def run(cfg) -> dict:
         notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their latencies "
                      f"compare only where the machines are of one kind.")
 
-    def stamped(df: pd.DataFrame) -> pd.DataFrame:
-        return (df if len(df) else pd.DataFrame(columns=TRIAL_COLUMNS)).rename(columns={"index": "trial"}).assign(
-            tune_run=stamp)
-
     trials = stamped(result.trials)
-    if len(result.new_trials):  # reused runs' trials are in the table already
-        write_part(stamped(result.new_trials), S.TUNE_TRIALS, ws.root / "tune_trials")
     network = items[0].name if isinstance(items[0], Network) else None
     kind = str(t.tasks)
     scope = f"{network}'s {len(tasks)} heaviest of {items[0].n_tasks} tasks" if network else kind
