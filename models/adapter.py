@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import tarfile
 import tempfile
 import time
@@ -46,14 +45,13 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
-from mlflow import MlflowClient
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
 from features import static
-from models import pyfunc, registry
+from models import pyfunc, registry, tracking
 from models.base import CostModel, FeatureSpec
 from models.tables import TrainingTable, build_table
 from pipeline.core import release
@@ -72,13 +70,6 @@ MS_XGB = "ms_xgb"
 
 class TargetKindError(ValueError):
     """A model asked to score programs of a target kind it was not trained on."""
-
-
-def release_search() -> list[Path]:
-    """Where released models are looked up by name: $PIPELINE_RELEASES, ./data/releases,
-    then the project's own data/releases."""
-    env = [Path(p) for p in os.environ.get("PIPELINE_RELEASES", "").split(os.pathsep) if p]
-    return [*env, Path.cwd() / "data" / "releases", Path(__file__).resolve().parents[1] / "data" / "releases"]
 
 
 class FeatureMismatchError(ValueError):
@@ -206,23 +197,6 @@ def run_cost(result) -> float:
 # ----------------------------------------------------------------------------- sources
 
 
-def _uri_run(uri: str):
-    """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown)."""
-    client = MlflowClient()
-    if uri.startswith("models:/"):
-        ref = uri[len("models:/"):].strip("/")
-        if "@" in ref:
-            name, alias = ref.split("@", 1)
-            mv = client.get_model_version_by_alias(name, alias)
-        else:
-            name, _, version = ref.partition("/")
-            mv = client.get_model_version(name, version)
-        return mv.run_id, name, str(mv.version)
-    if uri.startswith("runs:/"):
-        return uri[len("runs:/"):].split("/", 1)[0], None, None
-    return None, None, None
-
-
 def load_training_table(workspace: str | Path, spec: FeatureSpec, exclude_tasks=()):
     """The workspace's training table restricted to `spec`'s columns and without the records of
     `exclude_tasks` (the model's held-out test tasks: a refit must not learn what the model
@@ -246,16 +220,6 @@ def load_training_table(workspace: str | Path, spec: FeatureSpec, exclude_tasks=
     if exclude_tasks:
         table = table.take(np.flatnonzero(~table.frame["task_id"].isin(set(exclude_tasks)).to_numpy()))
     return table, ""
-
-
-def split_of_run(run_id: str) -> dict:
-    """The split a training run logged (split.json: kind, held-out test tasks and networks);
-    {} when the run has none."""
-    try:
-        return dict(mlflow.artifacts.load_dict(f"runs:/{run_id}/split.json"))
-    except Exception as e:  # noqa: BLE001 - runs logged without it (older runs): no split known
-        log.warning("run %s: no split.json (%s): its held-out tasks are unknown", run_id, type(e).__name__)
-        return {}
 
 
 # ----------------------------------------------------------------------------- the adapter
@@ -349,7 +313,7 @@ class PipelineCostModel(PyCostModel):
         carries both (`workspace_path`, `split`, `test_tasks`)."""
         if tracking_uri:
             mlflow.set_tracking_uri(tracking_uri)
-        run_id, name, version = _uri_run(uri)
+        run_id, name, version = tracking.uri_run(uri)
         info = {"uri": uri, "run_id": run_id, "registered_model": name, "version": version}
         if run_id:
             run = mlflow.get_run(run_id)
@@ -359,7 +323,7 @@ class PipelineCostModel(PyCostModel):
                 feature_plan(FeatureSpec(tags["features"]), uri)  # refuses before the download
             if tags.get("workspace_path"):
                 kwargs.setdefault("train_data", tags["workspace_path"])
-            split = split_of_run(run_id)
+            split = tracking.split_of_run(run_id)
             info["split_known"] = bool(split)
             info["test_tasks"] = list(split.get("test_tasks") or [])
             info["test_networks"] = list(split.get("test_networks") or [])
@@ -399,11 +363,11 @@ class PipelineCostModel(PyCostModel):
     def from_pretrained(cls, name: str | Path, *, search=None, **kwargs) -> "PipelineCostModel":
         """A released pretrained model (stage=release), by name or by the path of its folder.
 
-        By name it is looked up in `search` (default: $PIPELINE_RELEASES, ./data/releases,
-        then the project's own data/releases); its files are verified against the manifest
+        By name it is looked up in `search` (default: `release.search_path()`: $PIPELINE_RELEASES,
+        ./data/releases, then the project's own data/releases); its files are verified against the manifest
         before anything is loaded. The model's held-out test tasks become `exclude_tasks`, so
         an online refit never learns them."""
-        folder = release.find(name, release_search() if search is None else search)
+        folder = release.find(name, release.search_path() if search is None else search)
         manifest = release.verify(folder, kind="model")
         info = {"pretrained": manifest["name"], "path": str(folder), "run_id": manifest.get("run_id"),
                 "uri": f"pretrained:{manifest['name']}",

@@ -17,7 +17,6 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pandas as pd
-from mlflow import MlflowClient
 
 from models import tracking
 from pipeline.core import release as R
@@ -29,22 +28,6 @@ log = logging.getLogger(__name__)
 CARD_METRICS = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pairwise acc.",
                 "val_top1_score": "validation top-1"}
 BASELINE = "ms_xgb"
-
-
-def run_of_uri(uri: str) -> str:
-    """The run id behind `models:/<name>@<alias>`, `models:/<name>/<version>` or `runs:/<id>/...`."""
-    client = MlflowClient()
-    if uri.startswith("models:/"):
-        ref = uri[len("models:/"):].strip("/")
-        if "@" in ref:
-            name, alias = ref.split("@", 1)
-            return client.get_model_version_by_alias(name, alias).run_id
-        name, _, version = ref.partition("/")
-        return client.get_model_version(name, version).run_id
-    if uri.startswith("runs:/"):
-        return uri[len("runs:/"):].split("/", 1)[0]
-    raise R.ReleaseError(f"release.models: {uri!r} is not an MLflow model URI: give models:/<name>@<alias>, "
-                         f"models:/<name>/<version> or runs:/<run id>/model")
 
 
 def _fmt(values: list[float]) -> str:
@@ -102,12 +85,16 @@ def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]
     runs = tracking.workspace_runs(cfg)
     names = []
     for uri in uris:
-        run = mlflow.get_run(run_of_uri(uri))
+        run_id = tracking.uri_run(uri)[0]
+        if run_id is None:
+            raise R.ReleaseError(f"release.models: {uri!r} is not an MLflow model URI: give models:/<name>@<alias>, "
+                                 f"models:/<name>/<version> or runs:/<run id>/model")
+        run = mlflow.get_run(run_id)
         tags = run.data.tags
         if tags.get("workspace_id") and tags["workspace_id"] != tracking.workspace_tags(cfg)["workspace_id"]:
             raise R.ReleaseError(f"release.models: {uri} was trained on workspace {tags.get('workspace')}, not on "
                                  f"{ws.name}: release it with that workspace's settings")
-        split = mlflow.artifacts.load_dict(f"runs:/{run.info.run_id}/split.json")
+        split = tracking.split_of_run(run.info.run_id)
         model, features, heldout = tags.get("model"), tags.get("features", "static"), tags.get("heldout", "")
         name = R.check_name(str(cfg.release.name) if cfg.release.get("name") and len(uris) == 1 else
                             model_release_name(training, model, features, heldout))
@@ -118,7 +105,7 @@ def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]
                 "trained_tasks": sorted(set(ws.read("tasks", columns=["task_id"])["task_id"])
                                         - set(split.get("test_tasks") or [])),
                 "run_id": run.info.run_id, "uri": uri,
-                "hardware": (origin.get("hardware") or {}).get("hardware") or _hardware(ws),
+                "hardware": (origin.get("hardware") or R.hardware_of(ws.read("measurements")))["hardware"],
                 "metrics": {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))},
                 "evaluation": evaluation(runs, model, features, split.get("kind", ""), heldout),
                 "versions": R.versions(), "licence": str(cfg.release.licence)}
@@ -128,9 +115,3 @@ def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]
         log.info("released model %s (%s, run %s)", name, uri, run.info.run_id)
         names.append(name)
     return names
-
-
-def _hardware(ws: Workspace) -> str | None:
-    hw = ws.read("measurements", columns=["hardware", "error"])
-    hw = hw[hw["error"].isna()]["hardware"].dropna().unique()
-    return str(hw[0]) if len(hw) == 1 else ("mixed" if len(hw) else None)

@@ -387,6 +387,33 @@ def _log_values(values: dict) -> None:
     mlflow.log_metrics({k: float(v) for k, v in values.items() if v is not None and np.isfinite(float(v))})
 
 
+def uri_run(uri: str) -> tuple[str | None, str | None, str | None]:
+    """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown)."""
+    client = MlflowClient()
+    if uri.startswith("models:/"):
+        ref = uri[len("models:/"):].strip("/")
+        if "@" in ref:
+            name, alias = ref.split("@", 1)
+            mv = client.get_model_version_by_alias(name, alias)
+        else:
+            name, _, version = ref.partition("/")
+            mv = client.get_model_version(name, version)
+        return mv.run_id, name, str(mv.version)
+    if uri.startswith("runs:/"):
+        return uri[len("runs:/"):].split("/", 1)[0], None, None
+    return None, None, None
+
+
+def split_of_run(run_id: str) -> dict:
+    """The split a training run logged (split.json: kind, held-out test tasks and networks);
+    {} when the run has none."""
+    try:
+        return dict(mlflow.artifacts.load_dict(f"runs:/{run_id}/split.json"))
+    except Exception as e:  # noqa: BLE001 - runs logged without it (older runs): no split known
+        log.warning("run %s: no split.json (%s): its held-out tasks are unknown", run_id, type(e).__name__)
+        return {}
+
+
 def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
     """The per-task tables (`<part>_per_task.json`) of training runs, one frame with each
     run's id; empty when no run logged one."""

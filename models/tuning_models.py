@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models import tracking
-from models.adapter import FeatureMismatchError, PipelineCostModel, release_search
+from models.adapter import FeatureMismatchError, PipelineCostModel
+from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
 from pipeline.core.workspace import Workspace, read_table
@@ -122,7 +123,7 @@ def load_ours(cfg) -> tuple[PipelineCostModel, str]:
     if cm.get("path"):
         return PipelineCostModel.from_path(str(cm.path), **kwargs), str(cm.path)
     if uri.startswith(PRETRAINED):
-        search = [Path(str(cfg.paths.releases)), *release_search()]
+        search = release.search_path(Path(str(cfg.paths.releases)))
         try:
             return PipelineCostModel.from_pretrained(uri[len(PRETRAINED):], search=search, **kwargs), uri
         except PipelineError as e:

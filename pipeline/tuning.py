@@ -330,7 +330,6 @@ class Comparison:
     runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, refits, error
     end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials, ...
     dropped: dict  # cost model -> the error that dropped it
-    new_trials: pd.DataFrame = field(default_factory=pd.DataFrame)  # the trials tuned now (not reused)
     reused: int = 0  # runs taken from an earlier, interrupted invocation
 
 
@@ -515,7 +514,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
     (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
     `on_finished(done)` is called with each run that finishes without error, once it is saved."""
-    trials, runs, e2e, dropped, new_trials, reused = [], [], [], {}, [], 0
+    trials, runs, e2e, dropped, reused = [], [], [], {}, 0
     todo = []
     for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
         work_dir = setup.work / run_folder(item.name, kind, seed)
@@ -537,7 +536,6 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
         runs.append(row)
         if row["error"] is None:
             trials.extend(done["trials"])
-            new_trials.extend(done["trials"])
             if done["end_to_end"] is not None:
                 e2e.append(done["end_to_end"])
             _save_run(setup.work / run_folder(row["task"], row["cost_model"], row["seed"]) / "result.json", done)
@@ -575,5 +573,4 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 raise KeyboardInterrupt
     if e2e:
         e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
-    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, pd.DataFrame(new_trials),
-                      reused)
+    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, reused)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -33,6 +39,28 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@contextlib.contextmanager
+def pipeline_in_a_terminal(args: list[str]) -> Iterator[subprocess.Popen]:
+    """`python -m pipeline <args>` started as a terminal starts it: a process group of its own
+    and SIGINT's default disposition (a test run in the background passes an ignored SIGINT
+    on to its children, and Python then never raises Ctrl-C). Killed, group and all, on leaving."""
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def ctrl_c(proc: subprocess.Popen, timeout: float = 180) -> str:
+    """Ctrl-C as a terminal sends it (to the process group); the process's output once it ends."""
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=timeout)
+    return out + err
 
 
 def copy_workspace(root: Path, overrides: list[str], data: Path, *skip: str) -> tuple[Path, list[str]]:

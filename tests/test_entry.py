@@ -25,7 +25,7 @@ from pipeline.config import compose, validate
 from pipeline.core import schema as S
 from pipeline.core.workspace import read_table
 
-from conftest import ROOT, copy_workspace
+from conftest import ROOT, copy_workspace, pipeline_in_a_terminal
 
 
 def start(args: list[str], *, cmd: list[str] | None = None, **kw) -> subprocess.Popen:
@@ -101,11 +101,7 @@ def test_ctrl_c_during_replay_keeps_finished_rows_and_the_rerun_builds_the_rest(
     ws, over = copy_workspace(root, overrides, tmp_path / "data", "kernels", "lib", "measurements", "runner")
     # rows are written every 100 kernels or hour: the ones finished when Ctrl-C comes are still buffered
     args = [*over, "stage=replay", "jobs=1", "replay.flush_rows=100", "replay.flush_s=3600"]  # one worker: still running
-    # SIGINT as a terminal gives it: a test run started in the background (`make test &`)
-    # passes an ignored SIGINT on to its children, and Python then never raises Ctrl-C.
-    proc = start([*args, f"hydra.run.dir={tmp_path / 'run'}"], start_new_session=True,
-                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with pipeline_in_a_terminal([*args, f"hydra.run.dir={tmp_path / 'run'}"]) as proc:
         deadline = time.time() + 300
         while len(list((ws / "lib").glob("*.so"))) < 3:
             assert time.time() < deadline and proc.poll() is None, "replay built nothing"
@@ -123,9 +119,6 @@ def test_ctrl_c_during_replay_keeps_finished_rows_and_the_rerun_builds_the_rest(
             with contextlib.suppress(psutil.NoSuchProcess):
                 w.resume()
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out + err
     assert proc.returncode == 130, text[-3000:]
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]

@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.config import compose, run_stage
 from pipeline.stages import download as D
+from pipeline.core.release import sha256
 from pipeline.tenset import dataset as DS
 
 GPU_ID = "1jqHbmvXUrLPDCIqJIaPee_atsPc0ZFFK"
@@ -79,7 +80,7 @@ def test_verify_records_checks_sha256_size_and_crcs(tmp_path):
     z = _zip_of(tmp_path / "empty", tmp_path / "a.zip", extra={"dataset_gpu/x.txt": "hello"})
     spec = OmegaConf.create({"file": "a.zip", "gdrive_id": "x", "sha256": None, "size_bytes": None})
     digest = D.verify(spec, z)
-    assert (tmp_path / "a.zip.sha256").read_text().split()[0] == digest == DS.sha256_of(z)
+    assert (tmp_path / "a.zip.sha256").read_text().split()[0] == digest == sha256(z)
     assert D.verify(spec, z) == digest  # checked against the recorded value from now on
     spec.sha256 = "0" * 64
     with pytest.raises(D.DownloadError, match="does not match"):

@@ -322,10 +322,10 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
             calls.append((cost_model, seed))
             return super().tune(cost_model, seed, setup, work_dir)
 
-    warmed = []
+    warmed, finished = [], []
     again = compare([Counted()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",),
-                    before_first=lambda: warmed.append(1))
-    assert calls == [("mlp", 0)] and again.reused == 2 and len(again.new_trials) == 0 and warmed == [1]
+                    before_first=lambda: warmed.append(1), on_finished=finished.append)
+    assert calls == [("mlp", 0)] and again.reused == 2 and finished == [] and warmed == [1]  # mlp failed again
     # nothing to tune: no warm-up either
     compare([Counted()], ["xgb"], [0, 1], lambda kind, seed: kind, setup, before_first=lambda: warmed.append(2))
     assert warmed == [1] and calls == [("mlp", 0)]
@@ -389,20 +389,14 @@ def test_ctrl_c_during_tune_exits_130_keeps_finished_runs_and_never_the_one_in_p
     run in progress is not saved (its runner workers died with the Ctrl-C), and the same
     command then reuses the first run and tunes the others."""
     import json
-    import os
-    import signal
-    import subprocess
-    import sys
     import time
+
+    from conftest import ctrl_c, pipeline_in_a_terminal
 
     root, over, db = trained_store
     args = [*over, "stage=tune", "tune.max_tasks=1", "tune.trials=40", "tune.per_iter=8",
             "tune.cost_models=[random,xgb]", "tune.seeds=[0,1]", *SEARCH]
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-                            cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def saved():
         return [p for p in root.glob("tune/*/*/*/result.json") if p.stat().st_mtime >= started]
@@ -411,18 +405,13 @@ def test_ctrl_c_during_tune_exits_130_keeps_finished_runs_and_never_the_one_in_p
         return [d for d in root.glob("tune/*/*/*") if d.stat().st_mtime >= started - 1
                 and not (d / "result.json").exists() and list(d.rglob("database_tuning_record.json"))]
 
-    try:
+    with pipeline_in_a_terminal([*args, f"hydra.run.dir={tmp_path / 'run'}"]) as proc:
         deadline = time.time() + 400
         while not (saved() and tuning()):
             assert time.time() < deadline and proc.poll() is None, "no run finished, or none tuning after it"
             time.sleep(0.05)
         finished = len(saved())
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    text = out + err
+        text = ctrl_c(proc)
     assert proc.returncode == 130, text[-3000:]
     assert "Traceback" not in text and len([x for x in text.splitlines() if "interrupted during stage=tune" in x]) == 1
     kept = saved()

@@ -95,6 +95,31 @@ def check_name(name: str) -> str:
     return str(name)
 
 
+PROJECT_RELEASES = Path(__file__).resolve().parents[2] / "data" / "releases"
+
+
+def search_path(*first: Path) -> list[Path]:
+    """Where releases are looked up by name: `first` (e.g. paths.releases), $PIPELINE_RELEASES,
+    ./data/releases, then the project's own data/releases."""
+    env = [Path(p) for p in os.environ.get("PIPELINE_RELEASES", "").split(os.pathsep) if p]
+    return list(dict.fromkeys([*map(Path, first), *env, Path.cwd() / "data" / "releases", PROJECT_RELEASES]))
+
+
+def hardware_of(meas) -> dict:
+    """Where the successful rows of a measurements frame were timed: the host columns (one
+    machine; several are listed and named `mixed`)."""
+    ok = meas[meas["error"].isna()] if "error" in meas else meas
+    cols = ["hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver"]
+    hosts = ok[[c for c in cols if c in ok]].drop_duplicates().astype(object)
+    hosts = [{k: (int(v) if k == "cpu_count" else v) if v == v and v is not None else None for k, v in h.items()}
+             for h in hosts.to_dict("records")]
+    if not hosts:
+        return {"hardware": None, "hosts": []}
+    if len({h.get("hardware") for h in hosts}) > 1:
+        return {"hardware": "mixed", "hosts": hosts}
+    return {**hosts[0], "hosts": hosts}
+
+
 def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
     """The folder of a release given by path or by name (looked up in each `search` folder)."""
     if name_or_path is None or str(name_or_path).strip() in ("", "None"):
@@ -122,11 +147,9 @@ def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
 
 
 def sha256(path: Path) -> str:
-    h = hashlib.sha256()
+    """A file's sha256, hex (releases, downloaded archives)."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def file_entries(root: Path) -> dict[str, dict]:

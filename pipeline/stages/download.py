@@ -14,13 +14,13 @@ imported tasks by workload key.
 from __future__ import annotations
 
 import glob
-import hashlib
 import logging
 from pathlib import Path
 
 import gdown
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.release import sha256
 from pipeline.core.workspace import Workspace
 from pipeline.tenset import dataset as DS
 from pipeline.tenset import records as R
@@ -71,8 +71,7 @@ def verify(spec, path: Path) -> str:
     if spec.get("size_bytes") and int(spec.size_bytes) != size:
         raise DownloadError(f"{path} has {size} bytes, expected {spec.size_bytes}: the download is "
                             f"incomplete or a different file; delete it and run stage=download again")
-    with path.open("rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    digest = sha256(path)
     sidecar = path.with_name(path.name + ".sha256")
     expected = spec.get("sha256") or (sidecar.read_text().split()[0] if sidecar.exists() else None)
     if expected and expected != digest:

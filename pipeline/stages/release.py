@@ -33,21 +33,6 @@ LICENCE = "Apache-2.0"
 NOISE_REPORT = "reports/measurement_noise.json"  # written by benchmarks/measurement_noise.py
 
 
-def hardware_of(meas: pd.DataFrame) -> dict:
-    """Where the release's kernels were timed: the host columns of its successful
-    measurements (one machine; several are listed and named `mixed`)."""
-    ok = meas[meas["error"].isna()] if "error" in meas else meas
-    cols = ["hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver"]
-    hosts = ok[[c for c in cols if c in ok]].drop_duplicates().astype(object).where(lambda d: d.notna(), None)
-    hosts = [{k: int(v) if k == "cpu_count" and v is not None else v for k, v in h.items()}
-             for h in hosts.to_dict("records")]
-    if not hosts:
-        return {"hardware": None, "hosts": []}
-    if len({h.get("hardware") for h in hosts}) > 1:
-        return {"hardware": "mixed", "hosts": hosts}
-    return {**hosts[0], "hosts": hosts}
-
-
 def timing_of(meas: pd.DataFrame) -> dict:
     """How the labels were taken: repeats, calls per repeat, cache flush, rounds, and the
     host's load average while timing (null where older rows lack the column)."""
@@ -101,7 +86,7 @@ def dataset_info(cfg, ws: Workspace) -> dict:
         "derived_from": {k: origin.get(k) for k in ("name", "hardware")} if origin else None,
         "target": {"name": str(cfg.target.name), "kind": str(cfg.target.tvm.kind),
                    "tvm": sorted(set(tasks["target"]))},
-        "hardware": hardware_of(last),
+        "hardware": R.hardware_of(last),
         "timing": timing_of(last) if len(last) else {},
         "counts": {"tasks": len(tasks), "networks": sorted(n for n in set(nets["network"]) if n),
                    "records": int(ws.read("candidates", columns=["record_id"])["record_id"].nunique()),

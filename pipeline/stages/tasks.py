@@ -59,13 +59,10 @@ def network_rows(workloads: list) -> list[dict]:
     return list(rows.values())
 
 
-PROJECT_RELEASES = Path(__file__).resolve().parents[2] / "data" / "releases"
-
-
 def release_folder(cfg) -> Path:
-    """The release that dataset=release names, looked up in paths.releases, then in the
-    project's own data/releases."""
-    return R.find(cfg.dataset.release, [Path(str(cfg.paths.releases)), PROJECT_RELEASES])
+    """The release that dataset=release names, looked up in paths.releases first
+    (`release.search_path`)."""
+    return R.find(cfg.dataset.release, R.search_path(Path(str(cfg.paths.releases))))
 
 
 def from_release(cfg) -> dict:

@@ -8,7 +8,6 @@ A TenSet archive (`dataset_gpu_v3.3.zip`, `dataset_cpu_v3.3.zip`) unpacks to
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 import zipfile
@@ -38,17 +37,6 @@ class TaskFile:
 def tenset_root(cfg) -> Path:
     """`<paths.data>/tenset`: where archives are downloaded to and unpacked."""
     return Path(cfg.paths.data).expanduser().resolve() / "tenset"
-
-
-def sha256_of(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            b = f.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
 
 
 def check_zip(path: Path) -> int:
