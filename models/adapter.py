@@ -50,9 +50,11 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
-from features import static
+from features import static, task_context
+from features.task_context import COLUMNS as TASK_COLUMNS
 from models import pyfunc, registry, tracking
 from models.base import CostModel, FeatureSpec
+from models.residual import SessionResidual, record_rows
 from models.tables import TrainingTable, build_table
 from pipeline.core import release
 from pipeline.core import schema as S
@@ -66,6 +68,7 @@ N_STORES = "n_stores"
 FAILED_COST = 1e10  # MetaSchedule's run time of a failed candidate
 EPS = 1e-3
 MS_XGB = "ms_xgb"
+UPDATE_MODES = ("auto", "union", "continue", "residual")
 
 
 class TargetKindError(ValueError):
@@ -85,7 +88,8 @@ class FeaturePlan:
 
     record_kind[i]: 0 = aggregate (its `<agg>.<feature>` name in features.static.aggregate's
     output: aggregate_keys, in the order of these columns), 1 = n_stores, 2 = not computable
-    without a build (NaN). store_index: position in the 164-vector of each store column."""
+    without a build (NaN), 3 = the task's context (features.task_context, from the workload).
+    store_index: position in the 164-vector of each store column."""
 
     columns: tuple[str, ...]
     record_kind: np.ndarray
@@ -101,7 +105,7 @@ def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
     Raises FeatureMismatchError naming the offending columns otherwise."""
     names = {n: i for i, n in enumerate(S.PER_STORE_FEATURE_NAMES)}
     aggs = {a: i for i, a in enumerate(S.STATIC_AGGREGATES)}
-    not_static = [c for c in spec.columns if not c.startswith(STATIC)]
+    not_static = [c for c in spec.columns if not c.startswith(STATIC) and c not in TASK_COLUMNS]
     if spec.feature_set != "static" or not_static:
         raise FeatureMismatchError(
             f"{source} was trained on features={spec.feature_set!r}"
@@ -114,7 +118,9 @@ def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
     for c in spec.columns:
         rest = c[len(STATIC):]
         a, _, f = rest.partition(".")
-        if rest == N_STORES:
+        if c in TASK_COLUMNS:
+            kind.append(3)
+        elif rest == N_STORES:
             kind.append(1)
         elif a in aggs and f in names:
             kind.append(0)
@@ -160,8 +166,9 @@ def aggregate_rows(stores: np.ndarray, offsets: np.ndarray, keys: tuple[str, ...
     return out
 
 
-def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan):
-    """(record matrix float32, store rows in the model's column order, offsets) for candidates."""
+def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan, task: dict | list[dict] | None = None):
+    """(record matrix float32, store rows in the model's column order, offsets) for candidates;
+    `task`: the context of their task (features.task_context.of_mod), or one per candidate."""
     stores, offsets = pack(per_store)
     n = len(per_store)
     records = np.full((n, len(plan.columns)), np.nan, np.float32)
@@ -169,6 +176,10 @@ def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan):
         k = plan.record_kind
         records[:, np.flatnonzero(k == 0)] = aggregate_rows(stores, offsets, plan.aggregate_keys).astype(np.float32)
         records[:, np.flatnonzero(k == 1)] = np.diff(offsets)[:, None].astype(np.float32)
+        cols = np.flatnonzero(k == 3)
+        if len(cols) and task is not None:
+            rows = [task] * n if isinstance(task, dict) else task
+            records[:, cols] = np.asarray([[r.get(plan.columns[c], np.nan) for c in cols] for r in rows], np.float32)
     if plan.store_columns:
         return records, stores[:, plan.store_index], offsets
     return records, None, None
@@ -247,7 +258,8 @@ class PipelineCostModel(PyCostModel):
 
     Parameters: `model` (a loaded CostModel trained on static features), `update` (refit from
     the session's measurements), `update_every` (refit after this many measured batches),
-    `update_mode` (auto | union | continue; auto = union when the training data is found),
+    `update_mode` (auto | union | continue | residual; auto = union when the training data is
+    found; residual = the model frozen, a small correction fitted on the session, models/residual.py),
     `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning), `train_data`
     (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
     of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
@@ -262,8 +274,8 @@ class PipelineCostModel(PyCostModel):
         # The TuneContext that will call this model imports MetaSchedule's tensor intrinsics:
         # done here the fast way (seconds; minutes in inspect.stack() with many modules loaded).
         preload_tensor_intrin()
-        if update_mode not in ("auto", "union", "continue"):
-            raise ValueError(f"update_mode={update_mode!r}; valid: auto, union, continue")
+        if update_mode not in UPDATE_MODES:
+            raise ValueError(f"update_mode={update_mode!r}; valid: {', '.join(UPDATE_MODES)}")
         if int(update_every) < 1:
             raise ValueError(f"update_every={update_every} must be >= 1")
         self.source = source or getattr(model, "name", "model")
@@ -281,6 +293,8 @@ class PipelineCostModel(PyCostModel):
         self.threads = int(threads)
         self.info = dict(info or {})
         self.session = _Session()
+        self._task_context: dict[str, dict] = {}  # workload hash -> features.task_context.of_mod
+        self.residual = SessionResidual(rounds=self.update_rounds, threads=self.threads)
         self.n_updates = 0
         self.n_refits = 0
         self.refit_log: list[dict] = []
@@ -395,8 +409,11 @@ class PipelineCostModel(PyCostModel):
         self.check_target(context.target)
         if self.plan is None:
             return np.asarray(self.model.ms_model.predict(context, candidates), np.float64)
-        records, stores, offsets = model_inputs(self._features(context, candidates), self.plan)
+        per_store = self._features(context, candidates)
+        records, stores, offsets = model_inputs(per_store, self.plan, self._task_of(context.mod))
         raw = self.model.predict_arrays(records, stores, offsets)
+        if self.residual.booster is not None:
+            raw = raw + self.residual.predict(record_rows(*pack(per_store)))
         return positive_scores(raw, self.model.calibrated).astype(np.float64)
 
     def update(self, context, candidates, results) -> None:
@@ -406,6 +423,7 @@ class PipelineCostModel(PyCostModel):
         per_store = self._features(context, candidates)
         costs = [run_cost(r) for r in results]
         self.session.add(shash2hex(context.mod), per_store, costs)
+        self._task_of(context.mod)
         self.n_updates += 1
         if self.plan is None and self.update_enabled:
             self.model.ms_model.update(context, candidates, results)  # its own data: union
@@ -428,7 +446,8 @@ class PipelineCostModel(PyCostModel):
             np.savez(tmp / "session.npz", **arrays)
             state = {"settings": self.settings(),
                      "info": self.info, "groups": groups, "n_updates": self.n_updates, "n_refits": self.n_refits,
-                     "refit_log": self.refit_log}
+                     "refit_log": self.refit_log, "task_context": self._task_context,
+                "residual": self.residual.to_string()}
             (tmp / "adapter.json").write_text(json.dumps(state, indent=2, default=str))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             with tarfile.open(path, "w") as tar:
@@ -442,7 +461,8 @@ class PipelineCostModel(PyCostModel):
                 "train_data": self.train_data, "exclude_tasks": list(self.exclude_tasks), "threads": self.threads,
                 "source": self.source}
 
-    def copy(self, *, threads: int | None = None, update: bool | None = None) -> "PipelineCostModel":
+    def copy(self, *, threads: int | None = None, update: bool | None = None,
+             update_mode: str | None = None) -> "PipelineCostModel":
         """A fresh adapter with the same model and settings (`threads`, `update` changed where
         given) and an empty session, for another tuning run; with online updates on, its own
         copy of the model, so refits do not leak."""
@@ -451,7 +471,10 @@ class PipelineCostModel(PyCostModel):
             settings["threads"] = int(threads)
         if update is not None:
             settings["update"] = bool(update)
-        model = self.model.copy() if settings["update"] else self.model
+        if update_mode is not None:
+            settings["update_mode"] = str(update_mode)
+        # the residual mode never changes the model: it can be shared
+        model = self.model.copy() if settings["update"] and settings["update_mode"] != "residual" else self.model
         return PipelineCostModel(model, info=self.info, train_table=self._train_table, **settings)
 
     def load(self, path: str) -> None:
@@ -459,11 +482,20 @@ class PipelineCostModel(PyCostModel):
         inner = PipelineCostModel.from_file(path)._inst
         for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
                   "update_epochs", "train_data", "exclude_tasks", "threads", "source", "info", "session",
-                  "n_updates", "n_refits", "refit_log"):
+                  "n_updates", "n_refits", "refit_log", "_task_context", "residual"):
             setattr(self, k, getattr(inner, k))
         self._train_table = None
 
     # -- internals
+
+    def _task_of(self, mod) -> dict | None:
+        """The task context of a workload, when the model reads it (computed once per task)."""
+        if self.plan is None or not (self.plan.record_kind == 3).any():
+            return None
+        key = shash2hex(mod)
+        if key not in self._task_context:
+            self._task_context[key] = task_context.of_mod(mod)
+        return self._task_context[key]
 
     def _features(self, context, candidates) -> list[np.ndarray]:
         width = len(S.PER_STORE_FEATURE_NAMES)
@@ -479,10 +511,12 @@ class PipelineCostModel(PyCostModel):
         self.n_updates = int(state.get("n_updates", 0))
         self.n_refits = int(state.get("n_refits", 0))
         self.refit_log = list(state.get("refit_log", []))
+        self._task_context = dict(state.get("task_context", {}))
+        self.residual.load_string(state.get("residual"))
 
     def session_table(self):
         """The session's measured candidates as a TrainingTable (labels per task: best / cost)."""
-        frames, all_stores = [], []
+        frames, all_stores, tasks = [], [], []
         for gi, (g, costs) in enumerate(self.session.costs.items()):
             c = np.asarray(costs, np.float64)
             ok = c < FAILED_COST
@@ -491,9 +525,10 @@ class PipelineCostModel(PyCostModel):
             frames.append(pd.DataFrame({"record_id": [f"session-{gi}-{j}" for j in range(len(c))],
                                         "task_id": f"session-{g}", "label": labels}))
             all_stores.extend(self.session.stores[g])
+            tasks += [self._task_context.get(g, {})] * len(c)
         frame = pd.concat(frames, ignore_index=True) if frames else \
             pd.DataFrame({"record_id": [], "task_id": [], "label": []})
-        records, stores, offsets = model_inputs(all_stores, self.plan)
+        records, stores, offsets = model_inputs(all_stores, self.plan, tasks)
         frame = pd.concat([frame, pd.DataFrame(records, columns=list(self.plan.columns))], axis=1)
         return TrainingTable("session", frame, self.model.spec, {}, stores, offsets)
 
@@ -513,6 +548,8 @@ class PipelineCostModel(PyCostModel):
         if len(session) < 2:
             return {}
         mode = self.update_mode
+        if mode == "residual":
+            return self._fit_residual(session, t0)
         base = self.training_table() if mode in ("auto", "union") else None
         if mode == "union" and base is None:
             raise ValueError(f"update_mode=union needs the model's training data: pass train_data=<workspace> "
@@ -529,12 +566,26 @@ class PipelineCostModel(PyCostModel):
                 self.model.continue_fit(session, rounds=self.update_rounds, epochs=self.update_epochs)
             except NotImplementedError as e:
                 raise ValueError(f"online update: {e}; use update_mode=union with its training data") from e
+        return self._logged(mode, len(session), len(base) if base is not None else 0, t0)
+
+    def _fit_residual(self, session, t0: float) -> dict:
+        """The model's own scores of the session's records as the start, a correction on top."""
+        prior = self.model.predict(session)
+        rows = record_rows(*pack(self.session_records()))
+        trees = self.residual.fit(rows, prior, session.labels, session.task_codes)
+        return self._logged("residual", len(session), 0, t0, trees=trees)
+
+    def session_records(self) -> list[np.ndarray]:
+        """Every session record's [n_stores, 164] matrix, in session_table's order."""
+        return [x for g in self.session.costs for x in self.session.stores[g]]
+
+    def _logged(self, mode: str, session: int, train: int, t0: float, **more) -> dict:
         self.n_refits += 1
-        entry = {"refit": self.n_refits, "mode": mode, "session_records": len(session),
-                 "train_records": len(base) if base is not None else 0, "seconds": time.perf_counter() - t0}
+        entry = {"refit": self.n_refits, "mode": mode, "session_records": session, "train_records": train,
+                 "seconds": time.perf_counter() - t0, **more}
         self.refit_log.append(entry)
         log.info("cost model refit %d (%s): %d session + %d training records in %.1f s", self.n_refits, mode,
-                 entry["session_records"], entry["train_records"], entry["seconds"])
+                 session, train, entry["seconds"])
         return entry
 
 

@@ -8,7 +8,9 @@ Two inputs (`input`):
               record's sum and its gradient handed to each of the record's stores (custom
               objectives of both libraries), so trees learn what each store costs; `context`
               (regular expressions on the record-level columns) appends the matching columns
-              of a store's record to each store row (the program around the store)
+              of a store's record to each store row (the program around the store);
+              `task_context` appends the task's operator kind and size (features/task_context.py)
+              and `roofline` (the machine's peaks) each store's roofline bound (features/roofline.py)
 Two objectives each:
   regression  squared error on normalized throughput (scores are calibrated), each record
               weighted by label ** label_weight (0: unweighted; 1: MetaSchedule's weighting, the
@@ -34,6 +36,8 @@ import numpy as np
 import pandas as pd
 import xgboost as xgb
 
+from features import roofline as roof
+from features.task_context import COLUMNS as TASK_COLUMNS
 from models.base import CostModel, FeatureSpec
 from models.metrics import STOP_METRICS, ranking_metric
 from models.tables import gather_segments
@@ -149,7 +153,8 @@ class _GBDT(CostModel):
     own parameters), and for ranking rank_levels, max_group, eval_at."""
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
-                 context: list[str] | tuple[str, ...] = (), label_weight: float = 0.0,
+                 context: list[str] | tuple[str, ...] = (), task_context: bool = False,
+                 roofline: dict | None = None, label_weight: float = 0.0,
                  early_stopping_metric: str = "loss", num_boost_round: int = 2000,
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
                  rank_levels: int = 32, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
@@ -162,6 +167,7 @@ class _GBDT(CostModel):
         if early_stopping_metric not in STOP_METRICS:
             raise ValueError(f"{who}: early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
         hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
+                       "task_context": bool(task_context), "roofline": dict(roofline) if roofline else None,
                        "label_weight": float(label_weight),
                        "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
@@ -170,8 +176,8 @@ class _GBDT(CostModel):
                        "eval_at": [int(k) for k in eval_at]}
         # records: the record-level columns (for static features, the program-level aggregate of
         # the per-store rows); stores: the per-store rows, summed per record.
-        if context and input != "stores":
-            raise ValueError(f"{who}: context={list(context)} needs input=stores (records already see those columns)")
+        if (context or task_context or roofline) and input != "stores":
+            raise ValueError(f"{who}: context, task_context and roofline need input=stores (a row per store)")
         if input == "records":
             own = FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind)
         else:
@@ -180,6 +186,8 @@ class _GBDT(CostModel):
             if pats and not ctx:
                 raise ValueError(f"{who}: context={hyperparams['context']} matches no record-level column of feature "
                                  f"set {spec.feature_set!r} (e.g. {spec.columns[:3]})")
+            if task_context:
+                ctx += [c for c in TASK_COLUMNS if c not in ctx]
             own = FeatureSpec(spec.feature_set, ctx, list(spec.store_columns), spec.target_kind)
         super().__init__(own, hyperparams=hyperparams, name=name, seed=seed, threads=threads)
         if input == "records" and not spec.columns:
@@ -199,6 +207,7 @@ class _GBDT(CostModel):
         self.rank_levels = hyperparams["rank_levels"]
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
+        self.peaks = roof.Peaks(**hyperparams["roofline"]) if hyperparams["roofline"] else None
         self.booster = None
         self.names = safe_names(self.row_columns)
 
@@ -209,13 +218,18 @@ class _GBDT(CostModel):
     @property
     def row_columns(self) -> list[str]:
         """The columns of a row the trees see: record columns, or store columns + context."""
-        return list(self.spec.columns) if self.input == "records" else [*self.spec.store_columns, *self.spec.columns]
+        if self.input == "records":
+            return list(self.spec.columns)
+        return [*self.spec.store_columns, *(roof.COLUMNS if self.peaks else ()), *self.spec.columns]
 
     def _store_rows(self, stores: np.ndarray, records: np.ndarray, seg: np.ndarray) -> np.ndarray:
-        """Store rows with their record's context columns appended."""
-        if not self.spec.columns:
-            return stores
-        return np.hstack([stores, records[seg]]).astype(np.float32, copy=False)
+        """Store rows with their roofline bounds and their record's context columns appended."""
+        parts = [stores]
+        if self.peaks is not None:
+            parts.append(roof.store_bounds(stores, self.peaks, self.spec.store_columns))
+        if self.spec.columns:
+            parts.append(records[seg])
+        return parts[0] if len(parts) == 1 else np.hstack(parts).astype(np.float32, copy=False)
 
     def _records_of(self, table) -> np.ndarray:
         """The record-level columns this model reads, from a table (which may hold more)."""

@@ -38,10 +38,12 @@ from mlflow.models import Model, ModelSignature
 from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 from packaging.version import Version
 
+from features import roofline
 from models import pyfunc_model, registry
 from models.base import CostModel
 
 LOADER = Path(pyfunc_model.__file__)
+ROOFLINE = Path(roofline.__file__)  # the loader computes a store's roofline bound with it (numpy only)
 DATA = "cost_model"  # the pyfunc's data folder: data/cost_model/ in the model
 MODEL_NAME = "model"  # the logged model's name in its run
 #: how the shipped loader scores each library's model (models/pyfunc_model.py)
@@ -105,7 +107,7 @@ def contract(model: CostModel, table, device: str) -> dict:
            "predictor": predictor(model), "feature_set": model.spec.feature_set, "input": model.spec.input,
            "tables": input_tables(model, table, device), "columns": columns,
            "store_columns": list(model.spec.store_columns), "target_kind": model.spec.target_kind,
-           "calibrated": bool(model.calibrated)}
+           "calibrated": bool(model.calibrated), "roofline": getattr(model, "hyperparams", {}).get("roofline")}
     if out["predictor"] == "mlp":
         out["scalers"] = {k: {"mean": np.asarray(s.mean).tolist(), "std": np.asarray(s.std).tolist()}
                           for k, s in (("records", model.record_scaler), ("stores", model.store_scaler))
@@ -141,7 +143,7 @@ def ensemble_contract(model: CostModel, table, device: str) -> dict:
 def input_example(model: CostModel, table, spec: dict, rows: int = 4) -> pd.DataFrame:
     """The first records of the training table, as the stored tables have them."""
     part = table.take(np.arange(min(len(table), rows)))
-    frame = part.store_frame() if spec["store_columns"] else part.frame
+    frame = part.store_frame(list(model.spec.columns)) if spec["store_columns"] else part.frame
     frame = frame.rename(columns=stored_names(table))
     return frame[[pyfunc_model.KEY, *spec["columns"], *spec["store_columns"]]].reset_index(drop=True)
 
@@ -172,7 +174,7 @@ def save_model(path, mlflow_model: Model, *, model: CostModel, data: Path, signa
                pip_requirements) -> None:
     """Model.log's flavor hook: the pyfunc (with the shipped loader and `data`), then the native
     flavor saved by its own MLflow module beside it in the same folder."""
-    mlflow.pyfunc.save_model(path, loader_module=LOADER.stem, data_path=str(data), code_paths=[str(LOADER)],
+    mlflow.pyfunc.save_model(path, loader_module=LOADER.stem, data_path=str(data), code_paths=[str(LOADER), str(ROOFLINE)],
                              mlflow_model=mlflow_model, signature=signature, input_example=input_example,
                              pip_requirements=pip_requirements)
     if model.flavor in PACKAGES:  # an ensemble has no single library object: the pyfunc only

@@ -16,6 +16,9 @@ Input: the workspace's feature tables as stored, under their Parquet column name
   stores   one row per buffer store: `features/static_stores` (record_id + the 164
            PerStoreFeature columns); a store model that also reads counters takes them
            repeated on every store row of the record
+A model with `task_context` also reads the task's `task.*` columns (features/task_context.py
+of the workload) on every row; one with a `roofline` in input.json computes each store's
+roofline bound with the shipped `roofline.py` (numpy only).
 Columns the model does not read (task_id, error, other features) may be present.
 Output: record_id and score (higher = predicted faster), one row per record in the order
 records first appear; the score is NaN for a record that has an `error` or no feature value.
@@ -97,6 +100,10 @@ class CostModelPredictor:
             return self._rows(records)
         if self.kind == "pack_sum":  # one score per store (with its record's columns beside it), summed per record
             ids = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            if self.contract.get("roofline"):
+                roofline = importlib.import_module("roofline")  # shipped beside this file
+                bounds = roofline.store_bounds(stores, roofline.Peaks(**self.contract["roofline"]), self.store_columns)
+                stores = np.hstack([stores, bounds])
             rows = np.hstack([stores, records[ids]]).astype(np.float32) if records.shape[1] else stores
             return np.bincount(ids, weights=self._rows(rows), minlength=len(offsets) - 1)
         if self.kind == "mlp":

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from features import cpu_counters, static
+from features import cpu_counters, static, task_context
 from models.base import FeatureSpec
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
@@ -75,13 +75,15 @@ class TrainingTable:
         offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         return replace(self, frame=frame, stores=self.stores[idx], offsets=offsets)
 
-    def store_frame(self) -> pd.DataFrame:
-        """The pyfunc input form: one row per store (record_id, record columns, store columns)."""
+    def store_frame(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The pyfunc input form: one row per store (record_id, record `columns` (default: the
+        table's), store columns)."""
+        columns = list(self.spec.columns) if columns is None else list(columns)
         if self.stores is None:
-            return self.frame[["record_id", *self.spec.columns]].copy()
+            return self.frame[["record_id", *columns]].copy()
         counts = np.diff(self.offsets)
         rep = np.repeat(np.arange(len(self.frame)), counts)
-        out = self.frame.iloc[rep][["record_id", *self.spec.columns]].reset_index(drop=True)
+        out = self.frame.iloc[rep][["record_id", *columns]].reset_index(drop=True)
         return pd.concat([out, pd.DataFrame(self.stores, columns=self.spec.store_columns)], axis=1)
 
 
@@ -278,6 +280,9 @@ def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = Non
         groups["static"] = [f"static.{c}" for c in cols]
         prog = st.program[["record_id", *cols]].rename(columns={c: f"static.{c}" for c in cols})
         frame = frame.merge(prog, on="record_id", how="inner")
+        # the task's operator kind and size: not a feature column of its own, read by the
+        # models that ask for it (task_context=true)
+        frame = frame.merge(task_context.of_workspace(ws), on="task_id", how="left")
         stores_df = st.stores
         notes["static_dropped"] = dropped
     if feature_set in ("profiler", "all"):

@@ -7,6 +7,9 @@
   ours_update  the same model, refit online from the session's measurements
                (`tune.costmodel.update_*` settings): `ours` with tune.costmodel.update=true,
                so one comparison can hold the model frozen and updated side by side
+  ours_adapt   the same model frozen, with a small correction (a few dozen trees,
+               models/residual.py) fitted on the session's measurements every
+               `update_every` batches: the pretrained prior adapting to the tasks it tunes
   xgb          MetaSchedule's XGBModel as tune_tir creates it (its defaults: 100 random
                warm-up predictions before the booster is used, `tune.xgb_warmup`)
   mlp          MetaSchedule's MLPModel (dropped from the comparison at its first failure:
@@ -47,7 +50,7 @@ BASELINE = "xgb"
 #: kinds that leave the comparison at their first failing run instead of failing every run
 DROP_ON_FAILURE = ("mlp",)
 #: kinds that need the pipeline's model (load_ours)
-OURS = ("ours", "ours_update")
+OURS = ("ours", "ours_update", "ours_adapt")
 #: the documented comparison (docs/tuning.md, "Tuning on a held-out network"), named wherever a run
 #: is too small to be one
 COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.release=zoo_ops-llvm-epyc2-v1 budget=transfer "
@@ -71,6 +74,15 @@ def _ours_update(*, ours: PipelineCostModel | None, threads: int, **_) -> Pipeli
     return ours.copy(threads=threads, update=True)
 
 
+def _ours_adapt(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
+    if ours is None:
+        raise TuneError("cost model `ours_adapt` needs the loaded pipeline model (load_ours)")
+    if ours.plan is None:
+        raise TuneError(f"cost model `ours_adapt` corrects a pipeline model; {ours.source} is MetaSchedule's own "
+                        f"XGBModel, which adapts through its own update: use `ours_update`")
+    return ours.copy(threads=threads, update=True, update_mode="residual")
+
+
 def _xgb(*, threads: int, xgb_warmup: int, **_):
     return ms.cost_model.XGBModel(num_tuning_cores=threads, num_warmup_samples=int(xgb_warmup))
 
@@ -83,7 +95,8 @@ def _random(*, seed: int, **_):
     return ms.cost_model.RandomModel(seed=seed)
 
 
-KINDS = {"ours": _ours, "ours_update": _ours_update, "xgb": _xgb, "mlp": _mlp, "random": _random}
+KINDS = {"ours": _ours, "ours_update": _ours_update, "ours_adapt": _ours_adapt, "xgb": _xgb, "mlp": _mlp,
+         "random": _random}
 
 
 def check_kinds(kinds: list[str]) -> list[str]:

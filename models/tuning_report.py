@@ -34,8 +34,8 @@ from models import plots
 
 KEYS = ["task", "cost_model", "seed"]
 # One color per cost model in every figure (ours first).
-COLORS = {"ours": "tab:blue", "ours_update": "tab:cyan", "xgb": "tab:green", "mlp": "tab:purple",
-          "random": "tab:orange"}
+COLORS = {"ours": "tab:blue", "ours_update": "tab:cyan", "ours_adapt": "tab:red", "xgb": "tab:green",
+          "mlp": "tab:purple", "random": "tab:orange"}
 ORDER = list(COLORS)
 
 

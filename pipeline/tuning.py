@@ -437,7 +437,7 @@ class Remote:
         if ours is None:
             return cls(executor, spec, xgb_warmup=xgb_warmup)
         refits = "ours_update" in kinds or ours.update_enabled
-        table = ours.training_table() if refits and ours.update_mode != "continue" else None
+        table = ours.training_table() if refits and ours.update_mode not in ("continue", "residual") else None
         return cls(executor, spec, ours.to_bytes(), table, xgb_warmup)
 
 

@@ -214,14 +214,15 @@ def store_models(collected_workspace, tmp_path_factory):
     root, over = collected_workspace
     db = tmp_path_factory.mktemp("mlflow_store_models") / "mlflow.db"
     over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "features=static", "split=by_task",
-            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb]", "model.mlp.max_epochs=5"]
+            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb,lgbm_ps_rank4_task_roof]",
+            "model.mlp.max_epochs=5"]
     run_stage("train", over)
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(search_all_experiments=True)
     return root, {m: rid for m, rid in zip(runs["tags.model"], runs["run_id"])}
 
 
-@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb"])
+@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb", "lgbm_ps_rank4_task_roof"])
 def test_store_models_through_metaschedule_predict_and_update(store_models, model):
     """Each per-store path and ms_xgb, called as MetaSchedule's search calls a cost model
     (through the C++ interface): a positive float64 score per candidate that ranks the
@@ -260,3 +261,34 @@ def test_store_models_through_metaschedule_predict_and_update(store_models, mode
         assert held[0] not in set(table.frame["task_id"]) and len(table) == entry["train_records"] > 0
     after = ms.cost_model.CostModel.predict(cm, ctx, cands)
     assert np.isfinite(after).all() and (after > 0).all()
+
+
+def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_models, tmp_path):
+    """ours_adapt: the pretrained model is never changed; a correction fitted on the session's
+    measurements moves the scores toward them, and survives a save and load."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from models import tuning_models
+    from models.adapter import PipelineCostModel
+    from models.metrics import pairwise_accuracy
+
+    root, runs = store_models
+    ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roof']}/model", threads=1, update_every=1)
+    cm = tuning_models.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
+    inner, prior = cm._inst, ours._inst.model
+    assert inner.update_enabled and inner.update_mode == "residual" and inner.model is prior
+    ctx, cands, rids, secs = _task_candidates(root)
+    before = ms.cost_model.CostModel.predict(cm, ctx, cands)
+    booster_before = prior.booster.model_to_string()
+    results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs]
+    ms.cost_model.CostModel.update(cm, ctx, cands, results)
+    entry = inner.refit_log[-1]
+    assert entry["mode"] == "residual" and entry["session_records"] == len(cands) and entry["trees"] > 0
+    assert prior.booster.model_to_string() == booster_before  # the prior is frozen
+    after = ms.cost_model.CostModel.predict(cm, ctx, cands)
+    speed = 1.0 / np.asarray(secs)
+    assert not np.allclose(after, before)
+    assert pairwise_accuracy(speed, after) > pairwise_accuracy(speed, before)
+    cm.save(str(tmp_path / "adapt.tar"))
+    loaded = PipelineCostModel.from_file(str(tmp_path / "adapt.tar"))
+    np.testing.assert_allclose(ms.cost_model.CostModel.predict(loaded, ctx, cands), after, rtol=1e-6)
