@@ -238,6 +238,15 @@ class Setup:
     work: Path  # MetaSchedule work dirs go to <work>/<name>/<cost model>-s<seed>
     evaluator: dict = field(default_factory=dict)  # number, repeat, min_repeat_ms of the runner (end to end)
     scheduler: str = "gradient"  # a network's task scheduler
+    # a kind's folder name where it is not the kind (the pipeline's model: kind and model, so
+    # that the runs of MetaSchedule's own models are reused whichever model `ours` is)
+    labels: dict = field(default_factory=dict)
+    # a second home for each finished run's result.json (<results>/<run folder>/result.json),
+    # which a repository can keep: a run found there is not tuned again
+    results: Path | None = None
+
+    def folder(self, name: str, kind: str, seed: int) -> str:
+        return run_folder(name, self.labels.get(kind, kind), seed)
 
 
 def setup_spec(tune, target, threads: int) -> dict:
@@ -467,8 +476,7 @@ def tune_job(job: dict, root: str) -> dict:
     if job["kind"] == UNTUNED:
         return {"untuned": item.untuned(setup)}
     make_cost_model = cost_models(ours=_NODE["ours"], threads=setup.threads, xgb_warmup=int(job["xgb_warmup"]))
-    return tune_one(item, job["kind"], int(job["seed"]), make_cost_model, setup,
-                    Path(root) / run_folder(item.name, job["kind"], int(job["seed"])))
+    return tune_one(item, job["kind"], int(job["seed"]), make_cost_model, setup, Path(root) / job["folder"])
 
 
 def _run_remote(remote: Remote, todo: list[tuple], untuned: list, setup: Setup) -> Iterator[dict]:
@@ -481,8 +489,8 @@ def _run_remote(remote: Remote, todo: list[tuple], untuned: list, setup: Setup) 
     shared = {"key": key, "items": {item.name: item for item, _, _ in todo} | {item.name: item for item in untuned},
               "spec": remote.spec, "ours": remote.ours, "ours_table": remote.ours_table,
               "xgb_warmup": remote.xgb_warmup}
-    jobs = [{"item": item.name, "kind": kind, "seed": seed,
-             "writes": [f"{run_folder(item.name, kind, seed)}/{f}" for f in DATABASE_FILES]}
+    jobs = [{"item": item.name, "kind": kind, "seed": seed, "folder": setup.folder(item.name, kind, seed),
+             "writes": [f"{setup.folder(item.name, kind, seed)}/{f}" for f in DATABASE_FILES]}
             for item, seed, kind in todo]
     jobs += [{"item": item.name, "kind": UNTUNED, "seed": -1} for item in untuned]
 
@@ -517,8 +525,11 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     trials, runs, e2e, dropped, reused = [], [], [], {}, 0
     todo = []
     for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
-        work_dir = setup.work / run_folder(item.name, kind, seed)
+        work_dir = setup.work / setup.folder(item.name, kind, seed)
         saved = work_dir / "result.json"
+        kept = setup.results / setup.folder(item.name, kind, seed) / "result.json" if setup.results else None
+        if reuse and not saved.is_file() and kept is not None and kept.is_file():
+            saved = kept
         if reuse and saved.is_file():
             done = json.loads(saved.read_text())
             log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
@@ -538,7 +549,10 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
             trials.extend(done["trials"])
             if done["end_to_end"] is not None:
                 e2e.append(done["end_to_end"])
-            _save_run(setup.work / run_folder(row["task"], row["cost_model"], row["seed"]) / "result.json", done)
+            folder = setup.folder(row["task"], row["cost_model"], row["seed"])
+            _save_run(setup.work / folder / "result.json", done)
+            if setup.results is not None:
+                _save_run(setup.results / folder / "result.json", done)
             if on_finished is not None:
                 on_finished(done)
         elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
@@ -565,8 +579,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 if before_first is not None:
                     before_first()
                     before_first = None
-                keep(tune_one(item, kind, seed, make_cost_model, setup,
-                              setup.work / run_folder(item.name, kind, seed)))
+                keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / setup.folder(item.name, kind, seed)))
             timed = {row["network"] for row in e2e}
             untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
             if INTERRUPTED.is_set():

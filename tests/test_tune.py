@@ -286,7 +286,7 @@ def test_cost_model_kinds():
     assert isinstance(tuning_models.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
     assert isinstance(tuning_models.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
     with pytest.raises(tuning_models.TuneError,
-                       match=r"unknown \['catboost'\]; valid: ours, ours_update, xgb, mlp, random"):
+                       match=r"unknown \['catboost'\]; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
         tuning_models.create("catboost", seed=0, threads=1)
     for kind in tuning_models.OURS:
         with pytest.raises(tuning_models.TuneError, match=f"`{kind}` needs the loaded pipeline model"):
@@ -335,6 +335,40 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
     calls.clear()
     compare([Counted()], ["xgb"], [0], lambda kind, seed: kind, setup, reuse=False)
     assert calls == [("xgb", 0)]
+
+
+def test_finished_runs_kept_in_a_results_folder_go_on_from_another_work_folder(tmp_path):
+    """tune.results: every finished run's result.json is kept in a second folder (one a
+    repository commits); a comparison with an empty work folder (another machine) reuses
+    them and tunes only the rest. The pipeline's model runs in folders named after it."""
+    from pipeline.tuning import RunResult, Setup, StrategyConfig, compare
+
+    calls = []
+
+    class Item:
+        name = "net"
+
+        def tune(self, cost_model, seed, setup, work_dir):
+            calls.append((cost_model, seed))
+            rows = [{"task": "T", "index": 1, "batch": 1, "latency_s": 1e-3, "error": None, "elapsed_s": 0.1}]
+            return RunResult(rows, 1.0, {"e2e_latency_ms": 3.0, "tuning_min": 1 / 60, "trials": 1})
+
+    keep = tmp_path / "kept"
+    labels = {"ours": "ours-1a2b3c4d"}
+    first = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path / "here", labels=labels, results=keep)
+    compare([Item()], ["ours", "xgb"], [0], lambda kind, seed: kind, first)
+    assert sorted(p.relative_to(keep).as_posix() for p in keep.rglob("result.json")) == [
+        "net/ours-1a2b3c4d-s0/result.json", "net/xgb-s0/result.json"]
+    calls.clear()
+    elsewhere = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path / "there", labels=labels, results=keep)
+    again = compare([Item()], ["ours", "xgb"], [0, 1], lambda kind, seed: kind, elsewhere)
+    assert again.reused == 2 and calls == [("ours", 1), ("xgb", 1)] and len(again.runs) == 4
+    # another model for `ours`: its runs are new, MetaSchedule's own are reused
+    calls.clear()
+    other = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path / "there", labels={"ours": "ours-ffff"},
+                  results=keep)
+    compare([Item()], ["ours", "xgb"], [0], lambda kind, seed: kind, other)
+    assert calls == [("ours", 0)]
 
 
 def test_heaviest_tasks_by_weight_times_flops():

@@ -12,7 +12,11 @@ model) and, when the budget is below XGBModel's warm-up, that it is not a compar
 Outputs: <workspace>/tune/<settings>/ (MetaSchedule work dirs and databases, and each
 finished run's result.json: the same command after an interruption tunes only what is
 missing; force=true tunes everything again; <settings> is a digest of the tune options
-but seeds and cost models, the target and the loaded model),
+but seeds, cost models and those of the pipeline's model, the target and the tasks; the
+runs of `ours` kinds are in folders named with a digest of the loaded model and its options,
+so MetaSchedule's own runs are reused whatever model `ours` is). With `tune.results`, each
+finished run's result.json is also kept under <results>/<workspace>/<settings>/, a folder a
+repository can commit: a run found there is not tuned again,
 <workspace>/tune_trials/part-*.parquet (every trial), <workspace>/reports/tune*.{md,csv,png},
 and one MLflow run (tag stage=tune) in the workspace's experiment with the same files.
 """
@@ -24,6 +28,8 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
+from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -38,7 +44,13 @@ from pipeline.tuning import SCHEDULERS, Network
 
 log = logging.getLogger(__name__)
 
+#: tune options that concern only the pipeline's model (`ours` kinds): its runs' folders carry them
+OURS_OPTIONS = ("model_uri", "require_held_out", "costmodel")
 TRIAL_COLUMNS = ["task", "index", "batch", "latency_s", "error", "elapsed_s", "cost_model", "seed"]
+
+
+def _digest(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def _check(t) -> None:
@@ -74,11 +86,15 @@ def run(cfg) -> dict:
     threads = int(cfg.jobs) or os.cpu_count() or 1
     spec = tuning.setup_spec(t, target, threads if ex.runs_here else 0)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    settings = {k: v for k, v in OmegaConf.to_container(t, resolve=True).items() if k not in ("seeds", "cost_models")}
+    options = OmegaConf.to_container(t, resolve=True)
+    # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
+    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", *OURS_OPTIONS)}
     info = ours.info if ours is not None else {}
-    key = hashlib.sha1(json.dumps([settings, str(target), [x.name for x in tasks], str(ours_uri),
-                                   str(info.get("run_id")), str(info.get("version"))],
-                                  sort_keys=True, default=str).encode()).hexdigest()[:12]
+    key = _digest([settings, str(target), [x.name for x in tasks]])
+    model_tag = _digest([str(ours_uri), str(info.get("run_id")), str(info.get("version")),
+                         {k: options.get(k) for k in OURS_OPTIONS}])[:8]
+    labels = {k: f"{k}-{model_tag}" for k in tuning_models.OURS} if ours is not None else {}
+    results = Path(str(t.results)) / ws.name / key if t.get("results") else None
     work = ws.root / "tune" / key
 
     def stamped(df: pd.DataFrame) -> pd.DataFrame:
@@ -92,7 +108,7 @@ def run(cfg) -> dict:
     run_args = dict(drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=finished)
     try:
         if ex.runs_here:
-            setup = tuning.make_setup(spec, work)
+            setup = replace(tuning.make_setup(spec, work), labels=labels, results=results)
             try:
                 result = tuning.compare(
                     items, kinds, [int(s) for s in t.seeds],
@@ -102,7 +118,8 @@ def run(cfg) -> dict:
                 setup.builder.close()
         else:
             remote = tuning.Remote.create(ex, spec, ours=ours, kinds=kinds, xgb_warmup=int(t.xgb_warmup))
-            setup = tuning.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work)
+            setup = tuning.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work, labels=labels,
+                                 results=results)
             result = tuning.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
     finally:
         ex.close()
