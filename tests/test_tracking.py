@@ -126,18 +126,20 @@ def test_every_flavor_loads_without_the_project(store, tmp_path):
 
 def test_store_trees_and_ensemble_load_without_the_project(store, tmp_path):
     """Trees on per-store rows with a column of their record beside each store (pack-sum with
-    context), and an ensemble of such models (no native flavor): outside the project, the
+    context), with each store's roofline bound (computed by the roofline file shipped in the
+    model), and an ensemble of such models (no native flavor): outside the project, the
     pyfunc scores the stored tables as the project's own model scores the training table."""
     root, over, db = store
     name = f"{root.name}-store-models"  # an experiment of its own: the other tests see their runs only
-    run_stage("train", [*over, "features=static", "train.models=[lgbm_ps,ens_ps]", "model.lgbm_ps.context=[n_stores]",
+    run_stage("train", [*over, "features=static", "train.models=[lgbm_ps,ens_ps,lgbm_ps_rank4_roof]",
+                        "model.lgbm_ps.context=[n_stores]",
                         f"mlflow.experiment={name}", f"mlflow.registered_model={name}"])
     runs = _runs(db, name).set_index("tags.model")
-    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in ("lgbm_ps", "ens_ps")}
+    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in ("lgbm_ps", "ens_ps", "lgbm_ps_rank4_roof")}
     got = _load_outside(sys.executable, f"sqlite:///{db}", root, list(uris.values()), tmp_path)
     for m, uri in uris.items():
         row = got[uri]
-        assert row["input"] == "stores" and row["native"] == ("lightgbm" if m == "lgbm_ps" else "")
+        assert row["input"] == "stores" and row["native"] == ("" if m == "ens_ps" else "lightgbm")
         ref = _reference(root, over, uri)
         scores = pd.Series(row["scores"], index=row["records"])
         assert set(scores.index) == set(ref.index), m
