@@ -116,40 +116,12 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
         pool, test, held = _by_units(tasks, rows, test_fraction, rng, min_left=1)
         info["test_tasks"] = held
     else:
-        if members is None:
-            nets = frame["network"].fillna("")
-            members = pd.DataFrame({"task_id": frame["task_id"], "group": nets.where(nets != "", "all")})
-        members = members[members["task_id"].isin(set(tasks.tolist()))]
-        names = sorted({n for n in members["group"].tolist() if n != "all"})
-        if not names:
-            raise SplitError("split=by_network: no networks in this workspace (every task is a standalone "
-                             "operator), use split=by_task")
-        if test_networks:
-            unknown = sorted(set(test_networks) - set(names))
-            if unknown:
-                raise SplitError(f"split.test_networks names {unknown}, not in this workspace; its networks: {names}")
-            held = sorted(test_networks)
-        else:
-            if len(names) < 2:
-                raise SplitError(f"split=by_network needs at least 2 networks; this workspace has {names}: "
-                                 f"use split=by_task")
-            n = min(max(_count(len(names), test_fraction), 1), len(names) - 1)
-            held = sorted(np.array(names, dtype=object)[rng.permutation(len(names))[:n]].tolist())
-        held_tasks = set(members.loc[members["group"].isin(held), "task_id"])
-        mask = np.isin(tasks, list(held_tasks))
-        pool, test = rows[~mask], rows[mask]
-        if len(pool) == 0:
-            raise SplitError(f"split=by_network: holding out {held} leaves no training records")
-        info["test_networks"] = held
-        info["test_tasks"] = sorted(set(tasks[test].tolist()))
-        training = [n for n in names if n not in held]
-        # the seed-th training network, or the next one that leaves tasks to train on
-        for k in range(len(training) if val_unit == "network" and len(training) >= 2 else 0):
-            vnet = training[(int(seed) + k) % len(training)]
-            vtasks = set(members.loc[members["group"] == vnet, "task_id"]) - held_tasks
-            vmask = np.isin(tasks[pool], list(vtasks))
-            if vmask.all() or not vmask.any():
-                continue
+        members = _network_members(frame, members, tasks)
+        pool, test, held_tasks, names = _by_networks(tasks, rows, members, test_networks, test_fraction, rng, info)
+        training = [n for n in names if n not in info["test_networks"]]
+        val = _network_val(tasks, pool, members, training, held_tasks, seed) if val_unit == "network" else None
+        if val is not None:
+            vmask, vnet = val
             info.update(val_unit="network", val_networks=[vnet], val_tasks=sorted(set(tasks[pool][vmask].tolist())))
             return Split(kind, seed, np.sort(pool[~vmask]), np.sort(pool[vmask]), np.sort(test), info)
     if len(set(tasks[pool].tolist())) >= 3:
@@ -160,3 +132,60 @@ def make_split(frame: pd.DataFrame, kind: str, seed: int = 0, test_fraction: flo
         train, val = _by_records(tasks, pool, val_fraction, rng)
         info["val_unit"] = "records"
     return Split(kind, seed, np.sort(train), np.sort(val), np.sort(test), info)
+
+
+def _network_members(frame: pd.DataFrame, members: pd.DataFrame | None, tasks: np.ndarray) -> pd.DataFrame:
+    """(task_id, group) of the tasks of `frame`: `members` where given, else each task's own
+    network ("all" for a standalone operator)."""
+    if members is None:
+        nets = frame["network"].fillna("")
+        members = pd.DataFrame({"task_id": frame["task_id"], "group": nets.where(nets != "", "all")})
+    return members[members["task_id"].isin(set(tasks.tolist()))]
+
+
+def _by_networks(tasks: np.ndarray, rows: np.ndarray, members: pd.DataFrame, test_networks: list[str] | None,
+                 test_fraction: float, rng, info: dict) -> tuple[np.ndarray, np.ndarray, set, list[str]]:
+    """(training pool, test rows, held-out tasks, every network's name): every task that a
+    held-out network calls goes to test; `info` gets the held-out networks and tasks."""
+    names = sorted({n for n in members["group"].tolist() if n != "all"})
+    held = _held_out_networks(names, test_networks, test_fraction, rng)
+    held_tasks = set(members.loc[members["group"].isin(held), "task_id"])
+    mask = np.isin(tasks, list(held_tasks))
+    pool, test = rows[~mask], rows[mask]
+    if len(pool) == 0:
+        raise SplitError(f"split=by_network: holding out {held} leaves no training records")
+    info["test_networks"] = held
+    info["test_tasks"] = sorted(set(tasks[test].tolist()))
+    return pool, test, held_tasks, names
+
+
+def _held_out_networks(names: list[str], test_networks: list[str] | None, test_fraction: float, rng) -> list[str]:
+    """The networks named in `test_networks`, else `test_fraction` of `names` drawn by `rng`
+    (at least one, and one left to train on)."""
+    if not names:
+        raise SplitError("split=by_network: no networks in this workspace (every task is a standalone "
+                         "operator), use split=by_task")
+    if test_networks:
+        unknown = sorted(set(test_networks) - set(names))
+        if unknown:
+            raise SplitError(f"split.test_networks names {unknown}, not in this workspace; its networks: {names}")
+        return sorted(test_networks)
+    if len(names) < 2:
+        raise SplitError(f"split=by_network needs at least 2 networks; this workspace has {names}: "
+                         f"use split=by_task")
+    n = min(max(_count(len(names), test_fraction), 1), len(names) - 1)
+    return sorted(np.array(names, dtype=object)[rng.permutation(len(names))[:n]].tolist())
+
+
+def _network_val(tasks: np.ndarray, pool: np.ndarray, members: pd.DataFrame, training: list[str],
+                 held_tasks: set, seed: int) -> tuple[np.ndarray, str] | None:
+    """(mask over `pool`, network) of the seed-th training network, or the next one that
+    leaves tasks to train on; None with fewer than 2 training networks or none that fits."""
+    for k in range(len(training) if len(training) >= 2 else 0):
+        vnet = training[(int(seed) + k) % len(training)]
+        vtasks = set(members.loc[members["group"] == vnet, "task_id"]) - held_tasks
+        vmask = np.isin(tasks[pool], list(vtasks))
+        if vmask.all() or not vmask.any():
+            continue
+        return vmask, vnet
+    return None

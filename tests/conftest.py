@@ -32,7 +32,15 @@ def gpu_available() -> bool:
         return False
 
 
+# The fixtures below run the real stages (sampling, building and timing kernels): a test
+# that uses one is an end-to-end test, marked `slow` (`pytest -m "not slow"` leaves them out).
+STAGE_FIXTURES = {"measured_workspace", "collected_workspace"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if STAGE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU with the CUDA driver")

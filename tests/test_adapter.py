@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -200,8 +201,15 @@ def test_positive_scores_keep_order():
     raw = np.array([-800.0, -3.0, -1e-6, 0.0, 5e-4, 0.2, 1.0, 40.0])
     for calibrated in (True, False):
         s = positive_scores(raw, calibrated)
-        assert (s > 0).all() and (np.diff(s) >= 0).all()
-    assert positive_scores(np.array([0.5]), True)[0] == 0.5
+        # strictly increasing: two records the model tells apart stay apart for MetaSchedule
+        assert (s > 0).all() and (np.diff(s) > 0).all(), (calibrated, s)
+        # a NaN score is the lowest there is (that of any score at or below -700)
+        assert positive_scores(np.array([np.nan]), calibrated)[0] == s[0]
+    # Regression scores above EPS are unchanged; ranking scores s become 1 + s above 0 and
+    # exp(s) at or below it.
+    np.testing.assert_array_equal(positive_scores(np.array([0.2, 1.0, 40.0]), True), [0.2, 1.0, 40.0])
+    np.testing.assert_allclose(positive_scores(np.array([-3.0, 0.0, 0.2, 40.0]), False),
+                               [math.exp(-3.0), 1.0, 1.2, 41.0], rtol=1e-12)
 
 
 @pytest.fixture(scope="module")

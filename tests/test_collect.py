@@ -155,6 +155,7 @@ def test_parse_ptxas():
                                         constant_mem_bytes=None)
 
 
+@pytest.mark.slow
 def test_cuda_static_features_without_gpu(tmp_path):
     """target=h100 built here: ptxas resources and launch configuration for real, ncu skipped."""
     if shutil.which("nvcc") is None:

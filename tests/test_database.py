@@ -4,6 +4,7 @@ keeps every record)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -11,7 +12,9 @@ import pytest
 
 from pipeline.config import compose, run_stage
 from pipeline.core import database as D
-from pipeline.core.workspace import Workspace, umask
+from pipeline.core import identity
+from pipeline.core import schema as S
+from pipeline.core.workspace import Workspace, umask, write_part
 
 from conftest import copy_workspace
 
@@ -164,3 +167,103 @@ def test_force_never_deletes_the_rows_of_a_task_it_skips(measured_workspace, tmp
     kept = [r for r in D.read_record_lines(D.record_files(ws))[0] if r.workload_index == int(victim.workload_index)]
     assert len(kept) == len(mine) and len(records_by_id(ws)) == lines_before
     assert not ws.db_tuning_record.with_name("database_tuning_record.json.removed").exists()
+
+
+# ------------------------------------------------------- record files written by hand
+# Two workloads, two candidates each, record lines as MetaSchedule writes them; no TVM.
+
+TARGET, ARGS = {"kind": "llvm"}, [["TENSOR", "float32", [4]]]
+
+
+def _trace(task: str, i: int) -> list:
+    return [[["Split", [task, i]]], []]
+
+
+def _line(workload: int, trace: list, run_secs=None) -> bytes:
+    return json.dumps([workload, [trace, run_secs, TARGET, ARGS]], separators=(",", ":")).encode()
+
+
+def _rid(task: str, trace: list) -> str:
+    return identity.record_id(task, json.dumps(trace, separators=(",", ":")))
+
+
+@pytest.fixture
+def hand_made(tmp_path) -> Workspace:
+    """Tasks t0 (workload 0) and t1 (workload 1); t0's first candidate measured at 1 and 2 s,
+    t1's first failed; the others not measured."""
+    ws = Workspace(tmp_path / "ws")
+    ws.root.mkdir()
+    ws.db_workload.write_bytes(b'["h0","{}"]\n["h1","{}"]\n')
+    ws.write("tasks", [dict(task_id="t0", name="a", workload_index=0), dict(task_id="t1", name="b", workload_index=1)])
+    cands = [dict(record_id=_rid(t, _trace(t, i)), task_id=t, trace_json=json.dumps(_trace(t, i)))
+             for t in ("t0", "t1") for i in (0, 1)]
+    write_part(cands, S.CANDIDATES, ws.candidates)
+    write_part([dict(record_id=_rid("t0", _trace("t0", 0)), task_id="t0", run_secs=[1.0, 2.0]),
+                dict(record_id=_rid("t1", _trace("t1", 0)), task_id="t1", error="crashed")],
+               S.MEASUREMENTS, ws.measurements)
+    return ws
+
+
+def test_shard_record_files_are_found_beside_the_main_one(hand_made):
+    ws = hand_made
+    assert D.shard_record_file(ws, 0, 1) == ws.db_tuning_record
+    assert D.shard_record_file(ws, 1, 3) == ws.root / "database_tuning_record.shard-1.json"
+    assert D.record_files(ws) == []  # none written yet
+    for name in ("database_tuning_record.shard-1.json", "database_tuning_record.shard-0.json",
+                 "database_tuning_record.shard-1.json.removed", "database_tuning_record.json"):
+        (ws.root / name).write_bytes(b"")
+    assert D.record_files(ws) == [ws.db_tuning_record, ws.root / "database_tuning_record.shard-0.json",
+                                  ws.root / "database_tuning_record.shard-1.json"]
+
+
+def test_an_append_after_a_crash_keeps_the_cut_line_apart(hand_made):
+    """A crash mid-write leaves a line without its end: what is appended next starts on a
+    line of its own, so one bad line is lost, not the first new record with it."""
+    path = hand_made.db_tuning_record
+    whole = _line(0, _trace("t0", 0))
+    path.write_bytes(whole + b"\n" + _line(0, _trace("t0", 1))[:20])  # line 2 cut short by the crash
+    new = D.RecordLine(1, _trace("t1", 0), None, TARGET, ARGS, None, None)
+    D.append_records(path, [new])
+    D.append_records(path, [D.RecordLine(1, _trace("t1", 1), [0.5], TARGET, ARGS, None, None)])
+    good, bad = D.read_record_lines([path])
+    assert [(r.line_no, r.workload_index, r.trace) for r in good] == [
+        (1, 0, _trace("t0", 0)), (3, 1, _trace("t1", 0)), (4, 1, _trace("t1", 1))]
+    assert good[2].run_secs == [0.5] and good[0].raw == whole.decode()
+    assert [(b.line_no, b.raw) for b in bad] == [(2, _line(0, _trace("t0", 1))[:20])]
+    assert path.read_bytes().endswith(b"\n") and b"\n\n" not in path.read_bytes()
+
+
+def test_sync_puts_run_times_in_keeps_foreign_lines_and_drops_duplicates(hand_made, caplog):
+    """Lines spread over the main file and a shard file: each candidate's line gets the run
+    times of measurements/ where it is, a line of no candidate (written by another tool)
+    stays where it was, a second copy of a record goes, and a line of a workload past the
+    workload file is kept aside in `.removed`."""
+    ws = hand_made
+    shard = D.shard_record_file(ws, 1, 2)
+    foreign = _line(1, _trace("other", 0), [0.25])
+    ws.db_tuning_record.write_bytes(_line(0, _trace("t0", 0)) + b"\n" + _line(0, _trace("t0", 1)) + b"\n")
+    shard.write_bytes(b"\n".join([_line(1, _trace("t1", 0)), foreign, _line(1, _trace("t1", 1)),
+                                  _line(0, _trace("t0", 1)), _line(7, _trace("t0", 0))]) + b"\n")
+    with caplog.at_level(logging.WARNING):
+        counts = D.sync_records(ws)
+    # t0's first is measured (1, 2 s), t1's first failed (1e10): both lines change.
+    assert counts == dict(lines=5, measured=2, updated=2, rebuilt=0, duplicates=1, removed=1)
+    assert ws.db_tuning_record.read_bytes().split(b"\n") == [
+        _line(0, _trace("t0", 0), [1.0, 2.0]), _line(0, _trace("t0", 1)), b""]
+    assert shard.read_bytes().split(b"\n") == [
+        _line(1, _trace("t1", 0), [D.FAILED_RUN_SECS]), foreign, _line(1, _trace("t1", 1)), b""]
+    removed = shard.with_name(shard.name + ".removed").read_bytes()
+    assert removed == (f"# {shard}:5: workload index 7 is past the 2 lines of database_workload.json\n".encode()
+                       + _line(7, _trace("t0", 0)) + b"\n")
+    assert D.sync_records(ws) == dict(lines=5, measured=2, updated=0, rebuilt=0, duplicates=0, removed=0)
+
+    # fresh=True (the workload file was rebuilt): every candidate's line is written anew in
+    # the main file, and the foreign line, which no candidate explains, is kept aside.
+    counts = D.sync_records(ws, fresh=True)
+    assert counts["lines"] == 4 and counts["removed"] == 1 and shard.read_bytes() == b""
+    lines, bad = D.read_record_lines([ws.db_tuning_record])
+    assert not bad and {(r.workload_index, json.dumps(r.trace)): r.run_secs for r in lines} == {
+        (0, json.dumps(_trace("t0", 0))): [1.0, 2.0], (0, json.dumps(_trace("t0", 1))): None,
+        (1, json.dumps(_trace("t1", 0))): [D.FAILED_RUN_SECS], (1, json.dumps(_trace("t1", 1))): None}
+    assert shard.with_name(shard.name + ".removed").read_bytes().endswith(
+        b"(database_workload.json was rebuilt)\n" + foreign + b"\n")

@@ -25,11 +25,9 @@ def test_local_pool_turns_timeouts_and_crashes_into_error_results(tmp_path):
 
     jobs = [dict(name=n, writes=[f"out/{n}.txt"]) for n in ("ok", "crash", "hang", "ok2")]
     (tmp_path / "out").mkdir()
-    t0 = time.monotonic()
     with LocalExecutor(workers=2) as executor:
         results = [r for batch in executor.map(work, jobs, root=tmp_path, failed=failed, timeout_s=5.0)
                    for r in batch]
-    assert time.monotonic() - t0 < 50
     by_name = {r["name"]: r["error"] for r in results}
     assert len(results) == 4 and by_name["ok"] is None and by_name["ok2"] is None
     assert by_name["crash"].startswith("worker process crashed")

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pandas as pd
+import psutil
 import pytest
 
 from pipeline.config import run_stage
@@ -26,6 +27,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402 - after the environment above
+
+pytestmark = pytest.mark.slow  # a Ray cluster of three nodes, and the stages on it
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +56,21 @@ def copy_workspace(root, dest, keep: tuple[str, ...]) -> tuple:
 def overrides_for(overrides, data, cluster_address) -> list[str]:
     return [o for o in overrides if not o.startswith("paths.data=")] + [
         f"paths.data={data}", "executor=ray", f"executor.address={cluster_address}"]
+
+
+def jobs_running_on(node) -> list[int]:
+    """Process ids of the node's workers that run a job now: Ray titles a worker
+    `ray::<function>` while it runs a task of that function (`ray::IDLE` between tasks)."""
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    busy = []
+    for p in raylet.children(recursive=True):
+        try:
+            title = p.cmdline()
+        except psutil.Error:  # gone since it was listed
+            continue
+        if title and title[0].startswith("ray::") and "run_shipped" in title[0]:
+            busy.append(p.pid)
+    return busy
 
 
 def outcome(df: pd.DataFrame) -> dict:
@@ -95,24 +113,27 @@ def test_a_node_removed_mid_replay_loses_nothing(cluster, measured_workspace, tm
                                          "database_tuning_record.json", "candidates"))
     cands = read_table(ws / "candidates", S.CANDIDATES).dropna(subset=["trace_json"])
     over = overrides_for(overrides, tmp_path, c.address) + ["replay.flush_rows=1"]
-    removed_after, errors = [], []  # kernels written when the node went; what went wrong in the thread
+    removed_after, running, errors = [], [], []  # kernels written and jobs on the node when it went; errors
 
-    def remove_a_node_once_a_kernel_is_written():
+    def remove_a_node_once_a_kernel_is_written_and_it_runs_a_job():
         # In this process, so the stage reuses this driver's Ray workers (their TVM is loaded).
         deadline = time.time() + 300
-        while time.time() < deadline and not list((ws / "kernels").glob("part-*.parquet")):
-            time.sleep(0.05)
+        while time.time() < deadline and not (list((ws / "kernels").glob("part-*.parquet"))
+                                              and jobs_running_on(workers[-1])):
+            time.sleep(0.02)
         try:
+            running.extend(jobs_running_on(workers[-1]))
             removed_after.append(len(read_table(ws / "kernels", S.KERNELS)))
             c.remove_node(workers[-1])  # with its worker processes and the builds they run
         except Exception as e:  # noqa: BLE001 - reported by the test below
             errors.append(e)
 
-    remover = threading.Thread(target=remove_a_node_once_a_kernel_is_written)
+    remover = threading.Thread(target=remove_a_node_once_a_kernel_is_written_and_it_runs_a_job)
     remover.start()
     out = run_stage("replay", over)
     remover.join()
     assert not errors and removed_after[0] < len(cands)  # the node went while the stage ran
+    assert running, "no job was running on the node when it was removed"
     kernels = read_table(ws / "kernels", S.KERNELS)
     assert out["new"] == len(cands) and kernels["record_id"].is_unique
     assert set(kernels["record_id"]) == set(cands["record_id"])

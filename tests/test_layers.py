@@ -1,4 +1,4 @@
-"""The layers of the code run one way (DESIGN.md): the data layer (pipeline/core) at the
+"""The layers of the code run one way: the data layer (pipeline/core) at the
 bottom, the libraries (features/, models/) on it, the stages on top, each on its own."""
 
 from __future__ import annotations

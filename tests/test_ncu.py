@@ -1,8 +1,8 @@
 """Nsight Compute side: command line, harness, isolation logic and report parser.
 
 Everything except the profiling itself runs without a GPU. The parser runs on every real
-report under tests/fixtures/ncu/ (none is made up here: a .ncu-rep can only come from ncu
-on a GPU); the end-to-end test needs a GPU and ncu.
+report under tests/fixtures/ncu/ and the shared fixtures' ncu-public/ (none is made up here:
+a .ncu-rep can only come from ncu on a GPU); the end-to-end test needs a GPU and ncu.
 """
 
 from __future__ import annotations
@@ -16,10 +16,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import SHARED_FIXTURES
 from features.ncu import command, metrics, profile, report
 
+# Reports the pipeline captured (tests/fixtures/ncu/, none yet) and the public reports of
+# the shared fixtures, read where they are.
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ncu"
-REPORTS = sorted(FIXTURES.glob("*.ncu-rep")) if FIXTURES.exists() else []
+REPORTS = sorted(p for folder in (FIXTURES, SHARED_FIXTURES / "ncu-public") if folder.exists()
+                 for p in folder.glob("*.ncu-rep"))
 
 
 def test_command_with_metric_list():
@@ -142,17 +146,26 @@ def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path
 
 @pytest.mark.parametrize("path", REPORTS or [None], ids=[p.name for p in REPORTS] or ["no-report"])
 def test_parse_real_reports(path):
+    """Every real report: its launches in order, each with a kernel name and a run time, and
+    one aggregate per record whose time is the sum of its kernels'. A report is read in the
+    pipeline's NVTX domain where it has ranges there, else in the domain it has (the public
+    reports were captured by others), so that launches are attributed to records."""
     if path is None:
-        pytest.skip(f"no .ncu-rep under {FIXTURES}: a report can only come from ncu on a GPU host "
-                    "(profile a workspace there and copy one report here)")
-    rep = report.read(str(path), command.NVTX_DOMAIN)
-    assert rep.rows, f"{path.name}: no launch in NVTX domain {command.NVTX_DOMAIN}"
+        pytest.skip(f"no .ncu-rep under {FIXTURES} or {SHARED_FIXTURES / 'ncu-public'}")
+    found = report.read(str(path), command.NVTX_DOMAIN, [metrics.TIME_METRIC])
+    domain = command.NVTX_DOMAIN if command.NVTX_DOMAIN in found.domains or not found.domains else \
+        sorted(found.domains)[0]
+    rep = report.read(str(path), domain)
+    assert rep.rows and [r["launch_index"] for r in rep.rows] == list(range(len(rep.rows)))
     for row in rep.rows:
-        assert row["record_id"] and row["kernel_name"]
-        assert row.get(metrics.TIME_METRIC) is None or row[metrics.TIME_METRIC] > 0
+        assert row["kernel_name"] and row[metrics.TIME_METRIC] > 0
+        assert bool(row["record_id"]) == bool(rep.domains), row  # a record exactly where there are ranges
     agg = report.aggregate(rep.rows, rep.metrics, rep.string_metrics)
     assert {r["record_id"] for r in agg} == {r["record_id"] for r in rep.rows}
     assert sum(r["n_kernels"] for r in agg) == len(rep.rows)
+    for a in agg:
+        times = [r[metrics.TIME_METRIC] for r in rep.rows if r["record_id"] == a["record_id"]]
+        assert a[metrics.TIME_METRIC] == pytest.approx(sum(times))
 
 
 @pytest.mark.gpu

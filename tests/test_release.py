@@ -204,6 +204,7 @@ def test_committed_releases_stay_compact():
     assert total < 150e6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not committed("model"), reason="no committed model release")
 def test_pretrained_model_loads_from_any_folder_and_tunes(tmp_path):
     """From a folder that is not the project: the committed model by name, inside ms.tune_tir;

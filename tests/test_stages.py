@@ -10,6 +10,7 @@ import sys
 import tarfile
 
 import pandas as pd
+import pytest
 
 from pipeline.core import schema as S
 from pipeline.core import database as D
@@ -119,6 +120,7 @@ def test_build_past_the_timeout_becomes_an_error_row(measured_workspace, tmp_pat
     assert not (tmp_path / "lib" / "r0.so").exists()
 
 
+@pytest.mark.slow
 def test_both_strategies_draw_distinct_records(tmp_path):
     over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke",
             "budget.candidates_per_task=6", "sample.strategies=[replay-trace,evolutionary]"]
@@ -160,6 +162,7 @@ def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_
     assert set(meas["record_id"]) == set(read_table(data / root.name / "kernels", S.KERNELS)["record_id"])
 
 
+@pytest.mark.slow
 def test_a_task_that_failed_to_sample_is_tried_again(tmp_path):
     """A failed task is not done: the next run samples it without force, and its failure row goes."""
     from pipeline.stages.sample import failed_row_id

@@ -11,6 +11,8 @@ import pytest
 from pipeline.config import compose, run_stage
 from pipeline.tenset import candidates as C
 
+pytestmark = pytest.mark.slow  # builds and times TenSet's programs
+
 
 @pytest.fixture(scope="module")
 def workspace(shared_fixtures, tmp_path_factory):

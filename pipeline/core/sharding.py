@@ -29,8 +29,3 @@ class Shard:
             return df.iloc[self.index::self.count]
         mine = df[by].drop_duplicates().iloc[self.index::self.count]
         return df[df[by].isin(set(mine))]
-
-
-def shard_of(df, cfg):
-    """Rows of `df` that belong to this config's shard (round-robin by position)."""
-    return Shard.from_cfg(cfg).of(df)

@@ -25,7 +25,3 @@ def make_target(cfg_or_dict):
 
 def target_json(d: dict) -> str:
     return json.dumps(d, sort_keys=True)
-
-
-def is_cuda(d: dict) -> bool:
-    return d.get("kind") == "cuda"

@@ -303,31 +303,18 @@ def ansor_stage_order(tensors) -> list:
     for op in ops:
         for t in op.input_tensors:
             consumed.add(t.op)
-    outputs = []
-    for op in _topo(ops):
-        if op not in consumed and op in ops and not _is_placeholder(op):
-            outputs.append(op)
-    order, seen = [], set()
-
-    def visit(op):
-        if op in seen:
-            return
-        seen.add(op)
-        for t in op.input_tensors:
-            visit(t.op)
-        order.append(op)
-
-    for op in outputs:
-        visit(op)
-    return order
+    # Ansor's AccessAnalyzer lists the outputs in the inputs-first order of every op
+    outputs = [op for op in _post_order(ops) if op not in consumed and op in ops and not _is_placeholder(op)]
+    return _post_order(outputs)
 
 
 def _is_placeholder(op) -> bool:
     return type(op).__name__ == "PlaceholderOp"
 
 
-def _topo(ops):
-    """Ops reachable from `ops`, inputs first (Ansor's AccessAnalyzer order, for outputs)."""
+def _post_order(ops) -> list:
+    """Ops reachable from `ops`, each after its inputs: a post-order DFS that starts from
+    `ops` in turn and visits an op's input tensors in the order it lists them."""
     order, seen = [], set()
 
     def visit(op):

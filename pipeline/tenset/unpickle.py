@@ -242,96 +242,123 @@ def check_opcodes(data: bytes) -> None:
     unpickler allocate tens of GB), a memo get of a container, values nested deeper than
     MAX_DEPTH (hashing a 1 MB pickle of nested tuples crashes the interpreter) or printing
     longer than EXPANSION x the file size."""
-    max_size = EXPANSION * len(data) + EXPANSION_SLACK
     stream = io.BytesIO(data)
-    stack: list[_Value] = []
-    marks: list[int] = []  # the stack's height at each open MARK
-    memo: list[_Value] = []
-    pos = 0
-
-    def take(n) -> list[_Value]:
-        """The top n values (or all above the last MARK), removed from the stack."""
-        if n == "mark":
-            if not marks:
-                raise DamagedPickleError(f"opcode at byte {pos} needs a MARK that is not there")
-            n = len(stack) - marks.pop()
-        if n > len(stack) - (marks[-1] if marks else 0):
-            raise DamagedPickleError(f"opcode at byte {pos} takes more values than the stack holds")
-        items = stack[len(stack) - n:]
-        del stack[len(stack) - n:]
-        return items
-
-    def grow(v: _Value, items: list[_Value]) -> _Value:
-        v.depth = max(v.depth, 1 + max((x.depth for x in items), default=0))
-        v.size += sum(x.size for x in items)
-        if v.depth > MAX_DEPTH:
-            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 10)")
-        if v.size > max_size:
-            raise UnsafePickleError(f"values longer than {max_size:,} characters once printed "
-                                    f"({EXPANSION}x the file size + {EXPANSION_SLACK:,})")
-        return v
-
-    n = 0
+    check = _OpcodeCheck(max_size=EXPANSION * len(data) + EXPANSION_SLACK)
     try:
-        for op, arg, pos in pickletools.genops(stream):
-            n += 1
+        for n, (op, arg, pos) in enumerate(pickletools.genops(stream), 1):
             if n > MAX_OPCODES:
                 raise UnsafePickleError(f"more than {MAX_OPCODES:,} pickle opcodes (TenSet task files hold thousands)")
-            name = op.name
-            if name not in _OPCODES:
-                raise DamagedPickleError(f"pickle opcode {name} at byte {pos}, which TenSet task files never use")
-            if name in _ATOMS:
-                if name == "GLOBAL":
-                    _allowed(*str(arg).split(" ", 1))
-                elif name == "STACK_GLOBAL":  # module and name: checked by find_class
-                    take(2)
-                text = len(arg) if isinstance(arg, (str, bytes)) else 0
-                if isinstance(arg, int) and not isinstance(arg, bool):
-                    text = arg.bit_length() // 3  # about its decimal digits
-                stack.append(_Value(name, pos, 1, 1 + text))
-            elif name in _EMPTY:
-                stack.append(_Value(name, pos))
-            elif name == "MARK":
-                marks.append(len(stack))
-            elif name == "TUPLE" or name in _TUPLE_N:
-                stack.append(grow(_Value(name, pos), take(_TUPLE_N.get(name, "mark"))))
-            elif name in ("REDUCE", "NEWOBJ"):  # callable(*args): as deep and as long as its arguments
-                args = take(2)[1]
-                stack.append(grow(_Value(name, pos, max(1, args.depth - 1), args.size), []))
-            elif name in _GROW:
-                count, into = _GROW[name]
-                items = take(count)
-                if len(stack) <= (marks[-1] if marks else 0):
-                    raise DamagedPickleError(f"{name} at byte {pos} has nothing to add to")
-                if stack[-1].op not in into:
-                    raise UnsafePickleError(f"{name} at byte {pos} applied to the value of {stack[-1].op} "
-                                            f"at byte {stack[-1].pos}")
-                grow(stack[-1], items)
-            elif name in _MEMO_PUT:
-                if name != "MEMOIZE" and arg != len(memo):
-                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} out of sequence (expected {len(memo)})")
-                if not stack:
-                    raise DamagedPickleError(f"{name} at byte {pos} with an empty stack")
-                memo.append(stack[-1])
-            elif name in _MEMO_GET:
-                if not 0 <= arg < len(memo):
-                    raise DamagedPickleError(f"memo slot {arg} at byte {pos} read before it is written")
-                v = memo[arg]
-                if v.op not in _ATOMS:
-                    raise UnsafePickleError(
-                        f"a second reference (byte {pos}) to the container built by {v.op} at byte {v.pos}; "
-                        f"TenSet shares only strings and class names, and shared containers let a small "
-                        f"file expand without bound")
-                stack.append(v)
-            elif name == "PROTO" and not 2 <= arg <= pickle.HIGHEST_PROTOCOL:
-                raise DamagedPickleError(f"pickle protocol {arg} (TenSet task files use 2 to 4)")
-            elif name == "STOP" and (len(stack) != 1 or marks):
-                raise DamagedPickleError(f"{len(stack)} values and {len(marks)} open MARKs at the end "
-                                         f"(expected 1 and 0)")
+            check.step(op.name, arg, pos)
     except ValueError as e:  # pickletools: truncated data, unknown opcode byte, bad length
         raise DamagedPickleError(str(e)) from None
     if stream.tell() != len(data):
         raise DamagedPickleError(f"{len(data) - stream.tell()} bytes after the end of the pickle")
+
+
+class _OpcodeCheck:
+    """The unpickler's stack, MARKs and memo as check_opcodes follows them, one opcode at a
+    time (`step`), each kind of opcode in a method of its own."""
+
+    def __init__(self, max_size: int):
+        self.max_size = max_size
+        self.stack: list[_Value] = []
+        self.marks: list[int] = []  # the stack's height at each open MARK
+        self.memo: list[_Value] = []
+        self.pos = 0  # the byte offset of the opcode being checked
+
+    def step(self, name: str, arg, pos: int) -> None:
+        self.pos = pos
+        if name not in _OPCODES:
+            raise DamagedPickleError(f"pickle opcode {name} at byte {pos}, which TenSet task files never use")
+        if name in _ATOMS:
+            self.atom(name, arg)
+        elif name in _EMPTY:
+            self.stack.append(_Value(name, pos))
+        elif name == "MARK":
+            self.marks.append(len(self.stack))
+        elif name == "TUPLE" or name in _TUPLE_N:
+            self.stack.append(self.grow(_Value(name, pos), self.take(_TUPLE_N.get(name, "mark"))))
+        elif name in ("REDUCE", "NEWOBJ"):  # callable(*args): as deep and as long as its arguments
+            args = self.take(2)[1]
+            self.stack.append(self.grow(_Value(name, pos, max(1, args.depth - 1), args.size), []))
+        elif name in _GROW:
+            self.add_to_container(name)
+        elif name in _MEMO_PUT:
+            self.memo_put(name, arg)
+        elif name in _MEMO_GET:
+            self.memo_get(arg)
+        elif name == "PROTO" and not 2 <= arg <= pickle.HIGHEST_PROTOCOL:
+            raise DamagedPickleError(f"pickle protocol {arg} (TenSet task files use 2 to 4)")
+        elif name == "STOP" and (len(self.stack) != 1 or self.marks):
+            raise DamagedPickleError(f"{len(self.stack)} values and {len(self.marks)} open MARKs at the end "
+                                     f"(expected 1 and 0)")
+
+    def take(self, n) -> list[_Value]:
+        """The top n values (or all above the last MARK), removed from the stack."""
+        stack, marks = self.stack, self.marks
+        if n == "mark":
+            if not marks:
+                raise DamagedPickleError(f"opcode at byte {self.pos} needs a MARK that is not there")
+            n = len(stack) - marks.pop()
+        if n > len(stack) - (marks[-1] if marks else 0):
+            raise DamagedPickleError(f"opcode at byte {self.pos} takes more values than the stack holds")
+        items = stack[len(stack) - n:]
+        del stack[len(stack) - n:]
+        return items
+
+    def grow(self, v: _Value, items: list[_Value]) -> _Value:
+        """`v` with `items` inside it, refused once too deep or too long."""
+        v.depth = max(v.depth, 1 + max((x.depth for x in items), default=0))
+        v.size += sum(x.size for x in items)
+        if v.depth > MAX_DEPTH:
+            raise UnsafePickleError(f"values nested deeper than {MAX_DEPTH} levels (TenSet task files nest 10)")
+        if v.size > self.max_size:
+            raise UnsafePickleError(f"values longer than {self.max_size:,} characters once printed "
+                                    f"({EXPANSION}x the file size + {EXPANSION_SLACK:,})")
+        return v
+
+    def atom(self, name: str, arg) -> None:
+        """A string, number, constant or global: one value, as long as its text."""
+        if name == "GLOBAL":
+            _allowed(*str(arg).split(" ", 1))
+        elif name == "STACK_GLOBAL":  # module and name: checked by find_class
+            self.take(2)
+        text = len(arg) if isinstance(arg, (str, bytes)) else 0
+        if isinstance(arg, int) and not isinstance(arg, bool):
+            text = arg.bit_length() // 3  # about its decimal digits
+        self.stack.append(_Value(name, self.pos, 1, 1 + text))
+
+    def add_to_container(self, name: str) -> None:
+        """APPEND(S), SETITEM(S), BUILD: items into the container below them, of a kind that takes them."""
+        count, into = _GROW[name]
+        items = self.take(count)
+        stack, pos = self.stack, self.pos
+        if len(stack) <= (self.marks[-1] if self.marks else 0):
+            raise DamagedPickleError(f"{name} at byte {pos} has nothing to add to")
+        if stack[-1].op not in into:
+            raise UnsafePickleError(f"{name} at byte {pos} applied to the value of {stack[-1].op} "
+                                    f"at byte {stack[-1].pos}")
+        self.grow(stack[-1], items)
+
+    def memo_put(self, name: str, arg) -> None:
+        """Memo slots in sequence only: a slot of 2^31 makes the unpickler allocate tens of GB."""
+        if name != "MEMOIZE" and arg != len(self.memo):
+            raise DamagedPickleError(f"memo slot {arg} at byte {self.pos} out of sequence (expected {len(self.memo)})")
+        if not self.stack:
+            raise DamagedPickleError(f"{name} at byte {self.pos} with an empty stack")
+        self.memo.append(self.stack[-1])
+
+    def memo_get(self, arg) -> None:
+        """A second reference to a string or a name only: shared containers expand without bound."""
+        if not 0 <= arg < len(self.memo):
+            raise DamagedPickleError(f"memo slot {arg} at byte {self.pos} read before it is written")
+        v = self.memo[arg]
+        if v.op not in _ATOMS:
+            raise UnsafePickleError(
+                f"a second reference (byte {self.pos}) to the container built by {v.op} at byte {v.pos}; "
+                f"TenSet shares only strings and class names, and shared containers let a small "
+                f"file expand without bound")
+        self.stack.append(v)
 
 
 def loads(data: bytes, source: str = "pickle data"):

@@ -1,0 +1,119 @@
+"""models/evaluation.py: the tables that stage=compare builds from many training runs,
+on a handful of runs whose means, spreads and order are worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models import evaluation as E
+
+# val_top1_score and test_top1_score of each by_network run: (model, held-out network, seed).
+# Model "a" validates better than ms_xgb on average but tests worse: an order made on
+# validation must put "a" first. Its resnet runs have a third seed, so the mean over
+# networks (.6) differs from the mean over runs (.58).
+VAL = {("a", "bert", 0): 0.8, ("a", "bert", 1): 0.6, ("a", "resnet", 0): 0.5, ("a", "resnet", 1): 0.5,
+       ("a", "resnet", 2): 0.5,
+       ("ms_xgb", "bert", 0): 0.9, ("ms_xgb", "bert", 1): 0.7, ("ms_xgb", "resnet", 0): 0.3,
+       ("ms_xgb", "resnet", 1): 0.4}
+TEST = {("a", "bert", 0): 0.1, ("a", "bert", 1): 0.3, ("a", "resnet", 0): 0.2, ("a", "resnet", 1): 0.2,
+        ("a", "resnet", 2): 0.2,
+        ("ms_xgb", "bert", 0): 0.9, ("ms_xgb", "bert", 1): 0.9, ("ms_xgb", "resnet", 0): 0.8,
+        ("ms_xgb", "resnet", 1): 0.8}
+N_TASKS = {"bert": 10, "resnet": 20}
+
+
+def _runs() -> pd.DataFrame:
+    """A run_frame: the by_network runs above, and two by_task runs of "a" (held out: "")."""
+    rows = [dict(model=m, features="static", split="by_network", heldout=h, seed=s, val_top1_score=v,
+                 test_top1_score=TEST[(m, h, s)], test_n_tasks=N_TASKS[h], test_n_tasks_topk=N_TASKS[h] - 1)
+            for (m, h, s), v in VAL.items()]
+    rows += [dict(model="a", features="static", split="by_task", heldout="", seed=s, val_top1_score=v,
+                  test_top1_score=v, test_n_tasks=5, test_n_tasks_topk=5) for s, v in ((0, 0.4), (1, 0.2))]
+    return pd.DataFrame(rows)
+
+
+def test_run_frame_reads_mlflow_columns_and_fills_metrics_no_run_logged():
+    runs = pd.DataFrame({"tags.model": ["a"], "tags.features": ["static"], "tags.split": ["by_task"],
+                         "tags.heldout": [""], "tags.split_seed": ["3"], "metrics.val_top1_score": [0.5],
+                         "metrics.test_pair_acc": [0.75], "params.lr": ["0.1"]})
+    frame = E.run_frame(runs)
+    assert list(frame.columns[:5]) == list(E.KEYS)
+    assert frame.loc[0, "val_top1_score"] == 0.5 and frame.loc[0, "test_pair_acc"] == 0.75
+    assert "params.lr" not in frame.columns and "lr" not in frame.columns
+    # Every metric a table shows exists, NaN where MLflow left it out.
+    assert math.isnan(frame.loc[0, "test_spearman"]) and math.isnan(frame.loc[0, "val_n_tasks_topk"])
+
+
+def test_heldout_table_means_spreads_and_order():
+    table = E.heldout_table(_runs(), metrics=("top1_score",))
+    # Networks in name order, then the mean row of each model; by_task runs are not in it.
+    assert list(zip(table["heldout"], table["model"])) == [
+        ("bert", "a"), ("bert", "ms_xgb"), ("resnet", "a"), ("resnet", "ms_xgb"), (E.MEAN, "a"), (E.MEAN, "ms_xgb")]
+    t = table.set_index(["heldout", "model"])
+    # Per network: mean over the two seeds, with their min and max.
+    assert t.loc[("bert", "a"), ["val_top1_score", "val_top1_score_min", "val_top1_score_max"]].tolist() == \
+        pytest.approx([0.7, 0.6, 0.8])
+    assert t.loc[("resnet", "ms_xgb"), "val_top1_score"] == pytest.approx(0.35)
+    assert t.loc[("bert", "a"), "n_seeds"] == 2 and t.loc[("bert", "a"), "n_heldout"] == 1
+    assert t.loc[("resnet", "a"), "n_seeds"] == 3
+    # The mean row: the mean of the networks' means (.7 and .5), min and max over networks;
+    # the seeds that every network has.
+    assert t.loc[(E.MEAN, "a"), ["val_top1_score", "val_top1_score_min", "val_top1_score_max"]].tolist() == \
+        pytest.approx([0.6, 0.5, 0.7])
+    assert t.loc[(E.MEAN, "ms_xgb"), "val_top1_score"] == pytest.approx((0.8 + 0.35) / 2)
+    assert t.loc[(E.MEAN, "a"), "n_heldout"] == 2 and t.loc[(E.MEAN, "a"), "n_seeds"] == 2
+    # Task counts add up over the held-out networks: 10 + 20 tasks, 9 + 19 counted by top-k.
+    assert t.loc[(E.MEAN, "a"), "test_n_tasks"] == 30 and t.loc[(E.MEAN, "a"), "test_n_tasks_topk"] == 28
+    assert E.heldout_table(_runs().query("split == 'by_task'")).empty
+
+
+def test_ablation_table_orders_by_the_validation_metric_and_counts_wins():
+    runs = _runs()
+    # Model "c" has no validation figure: it goes last, whatever its test figures.
+    runs = pd.concat([runs, runs[runs["model"] == "a"].assign(model="c", val_top1_score=np.nan,
+                                                               test_top1_score=1.0)], ignore_index=True)
+    heldout = E.heldout_table(runs, metrics=("top1_score",))
+    ab = E.ablation_table(heldout, "val_top1_score", also=("test_top1_score",))
+    # a (val .6) before ms_xgb (val .575), although ms_xgb's test figures are far better.
+    assert list(ab["model"]) == ["a", "ms_xgb", "c"]
+    row = ab.set_index("model").loc["a"]
+    assert row["val_top1_score.bert"] == pytest.approx(0.7) and row["val_top1_score.resnet"] == pytest.approx(0.5)
+    assert row["val_top1_score"] == pytest.approx(0.6) and row["test_top1_score"] == pytest.approx(0.2)
+    # Against ms_xgb, per network on validation: bert .7 < .8 (lost), resnet .5 > .35 (won).
+    assert dict(zip(ab["model"], ab["beats_ms_xgb"])) == {"a": 1, "ms_xgb": 0, "c": 0}
+    assert E.ablation_table(heldout, "val_no_such_metric").empty
+
+
+def test_split_table_pools_every_run_of_a_split():
+    table = E.split_table(_runs(), metrics=("top1_score",)).set_index(["split", "model"])
+    # a on by_network: .8, .6, .5, .5, .5 over five runs; on by_task: .4 and .2
+    assert table.loc[("by_network", "a"), ["val_top1_score", "val_top1_score_min", "val_top1_score_max",
+                                          "n_runs"]].tolist() == pytest.approx([0.58, 0.5, 0.8, 5])
+    assert table.loc[("by_task", "a"), ["val_top1_score", "n_runs"]].tolist() == pytest.approx([0.3, 2])
+    assert len(table) == 3  # (by_network, a), (by_network, ms_xgb), (by_task, a)
+
+
+def test_with_spread_writes_mean_min_max_as_text():
+    table = pd.DataFrame({"m": [0.6, 0.5, np.nan], "m_min": [0.5, 0.5, np.nan], "m_max": [0.8, 0.5, np.nan],
+                          "other": [1, 2, 3]})
+    out = E.with_spread(table, ["m", "absent"], digits=2)
+    assert list(out["m"]) == ["0.60 [0.50, 0.80]", "0.50", ""]
+    assert list(out.columns) == ["m", "other"]
+
+
+def test_random_rows_carry_the_runs_exact_chance_figures():
+    runs = pd.DataFrame([dict(model=m, features="static", split="by_task", heldout="", seed=s,
+                              test_top1_score=0.5, test_random_top1_score=r, test_random_top5_score=r + 0.1,
+                              test_n_tasks=4, test_n_tasks_topk=3)
+                         for s, r in ((0, 0.2), (1, 0.3)) for m in ("a", "b")])
+    out = E.with_random_rows(runs)
+    rnd = out[out["model"] == E.RANDOM].set_index("seed")
+    assert len(out) == 6 and len(rnd) == 2  # one per (features, split, held-out, seed), not per model
+    assert rnd.loc[0, "test_top1_score"] == 0.2 and rnd.loc[1, "test_top5_score"] == pytest.approx(0.4)
+    assert (rnd["test_pair_acc"] == 0.5).all() and (rnd["test_spearman"] == 0.0).all()
+    assert (rnd["test_n_tasks_topk"] == 3).all()
+    assert len(E.with_random_rows(runs.drop(columns="test_random_top1_score"))) == 4
