@@ -10,7 +10,9 @@ Two inputs (`input`):
               (regular expressions on the record-level columns) appends the matching columns
               of a store's record to each store row (the program around the store);
               `task_context` appends the task's operator kind and size (features/task_context.py)
-              and `roofline` (the machine's peaks) each store's roofline bound (features/roofline.py)
+              and `roofline` (the machine's peaks) each store's roofline bound (features/roofline.py);
+              `roofline_base` > 0 starts each record's score at -roofline_base x log2(its bound),
+              so the trees learn a correction of the roofline rather than the whole ranking
 Two objectives each:
   regression  squared error on normalized throughput (scores are calibrated), each record
               weighted by label ** label_weight (0: unweighted; 1: MetaSchedule's weighting, the
@@ -130,9 +132,10 @@ class _Layout:
     stores of the records), record labels `y` (grades for ranking), record weights `w`, the
     record of each row `seg` (stores) and the query group sizes (ranking)."""
 
-    def __init__(self, X, y, w, seg, sizes, labels, codes):
+    def __init__(self, X, y, w, seg, sizes, labels, codes, base=None):
         self.X, self.y, self.w, self.seg, self.sizes = X, y, w, seg, sizes
         self.labels, self.codes = labels, codes  # per record, in layout order (validation metrics)
+        self.base = base  # per record: the score the trees start from and correct (None: 0)
 
     @property
     def n_records(self) -> int:
@@ -141,7 +144,8 @@ class _Layout:
     def record_scores(self, row_scores: np.ndarray) -> np.ndarray:
         if self.seg is None:
             return np.asarray(row_scores, np.float64)
-        return np.bincount(self.seg, weights=row_scores, minlength=self.n_records)
+        out = np.bincount(self.seg, weights=row_scores, minlength=self.n_records)
+        return out if self.base is None else out + self.base
 
 
 class _GBDT(CostModel):
@@ -154,7 +158,7 @@ class _GBDT(CostModel):
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
                  context: list[str] | tuple[str, ...] = (), task_context: bool = False,
-                 roofline: dict | None = None, label_weight: float = 0.0,
+                 roofline: dict | None = None, roofline_base: float = 0.0, label_weight: float = 0.0,
                  early_stopping_metric: str = "loss", num_boost_round: int = 2000,
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
                  rank_levels: int = 32, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
@@ -168,6 +172,7 @@ class _GBDT(CostModel):
             raise ValueError(f"{who}: early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
         hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
                        "task_context": bool(task_context), "roofline": dict(roofline) if roofline else None,
+                       "roofline_base": float(roofline_base),
                        "label_weight": float(label_weight),
                        "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
@@ -176,6 +181,9 @@ class _GBDT(CostModel):
                        "eval_at": [int(k) for k in eval_at]}
         # records: the record-level columns (for static features, the program-level aggregate of
         # the per-store rows); stores: the per-store rows, summed per record.
+        if roofline_base and not roofline:
+            raise ValueError(f"{who}: roofline_base={roofline_base} needs the machine's peaks (roofline: gflops, gbs, "
+                             f"cores, lanes)")
         if (context or task_context or roofline) and input != "stores":
             raise ValueError(f"{who}: context, task_context and roofline need input=stores (a row per store)")
         if input == "records":
@@ -208,6 +216,7 @@ class _GBDT(CostModel):
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
         self.peaks = roof.Peaks(**hyperparams["roofline"]) if hyperparams["roofline"] else None
+        self.base_weight = hyperparams["roofline_base"]
         self.booster = None
         self.names = safe_names(self.row_columns)
 
@@ -256,7 +265,15 @@ class _GBDT(CostModel):
             return _Layout(self._records_of(table)[order], y, w, None, sizes, labels[order], codes[order])
         idx, seg = gather_segments(table.offsets, order)
         X = self._store_rows(table.stores[idx], self._records_of(table)[order], seg)
-        return _Layout(X, y, w, seg, sizes, labels[order], codes[order])
+        base = self._base(table.stores, table.offsets)
+        return _Layout(X, y, w, seg, sizes, labels[order], codes[order], None if base is None else base[order])
+
+    def _base(self, stores: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
+        """Per record, -roofline_base x log2 of its roofline bound (ns): fast records start high."""
+        if not self.base_weight:
+            return None
+        bound = roof.record_bound_ns(stores, offsets, self.peaks, self.spec.store_columns)
+        return -self.base_weight * np.log2(1.0 + bound)
 
     def _objective(self, lay: _Layout):
         """Gradient and hessian per row (store) from the loss on the records' sums."""
@@ -294,7 +311,9 @@ class _GBDT(CostModel):
             raise ValueError(f"model {self.name} reads per-store rows (input=stores): pass stores and offsets")
         seg = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
         rows = self._store_rows(stores, records, seg)
-        return np.bincount(seg, weights=self._predict_rows(rows), minlength=len(offsets) - 1).astype(np.float64)
+        out = np.bincount(seg, weights=self._predict_rows(rows), minlength=len(offsets) - 1).astype(np.float64)
+        base = self._base(stores, offsets)
+        return out if base is None else out + base
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         raise NotImplementedError

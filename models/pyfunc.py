@@ -107,7 +107,8 @@ def contract(model: CostModel, table, device: str) -> dict:
            "predictor": predictor(model), "feature_set": model.spec.feature_set, "input": model.spec.input,
            "tables": input_tables(model, table, device), "columns": columns,
            "store_columns": list(model.spec.store_columns), "target_kind": model.spec.target_kind,
-           "calibrated": bool(model.calibrated), "roofline": getattr(model, "hyperparams", {}).get("roofline")}
+           "calibrated": bool(model.calibrated), "roofline": getattr(model, "hyperparams", {}).get("roofline"),
+           "roofline_base": getattr(model, "hyperparams", {}).get("roofline_base", 0.0)}
     if out["predictor"] == "mlp":
         out["scalers"] = {k: {"mean": np.asarray(s.mean).tolist(), "std": np.asarray(s.std).tolist()}
                           for k, s in (("records", model.record_scaler), ("stores", model.store_scaler))

@@ -18,7 +18,8 @@ Input: the workspace's feature tables as stored, under their Parquet column name
            repeated on every store row of the record
 A model with `task_context` also reads the task's `task.*` columns (features/task_context.py
 of the workload) on every row; one with a `roofline` in input.json computes each store's
-roofline bound with the shipped `roofline.py` (numpy only).
+roofline bound with the shipped `roofline.py` (numpy only), and with a `roofline_base` starts
+each record's score from it.
 Columns the model does not read (task_id, error, other features) may be present.
 Output: record_id and score (higher = predicted faster), one row per record in the order
 records first appear; the score is NaN for a record that has an `error` or no feature value.
@@ -100,12 +101,17 @@ class CostModelPredictor:
             return self._rows(records)
         if self.kind == "pack_sum":  # one score per store (with its record's columns beside it), summed per record
             ids = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+            base = 0.0
             if self.contract.get("roofline"):
                 roofline = importlib.import_module("roofline")  # shipped beside this file
-                bounds = roofline.store_bounds(stores, roofline.Peaks(**self.contract["roofline"]), self.store_columns)
+                peaks = roofline.Peaks(**self.contract["roofline"])
+                bounds = roofline.store_bounds(stores, peaks, self.store_columns)
+                if self.contract.get("roofline_base"):
+                    total = roofline.record_bound_ns(stores, offsets, peaks, self.store_columns)
+                    base = -float(self.contract["roofline_base"]) * np.log2(1.0 + total)
                 stores = np.hstack([stores, bounds])
             rows = np.hstack([stores, records[ids]]).astype(np.float32) if records.shape[1] else stores
-            return np.bincount(ids, weights=self._rows(rows), minlength=len(offsets) - 1)
+            return np.bincount(ids, weights=self._rows(rows), minlength=len(offsets) - 1) + base
         if self.kind == "mlp":
             return self._mlp(records, stores, offsets)
         raise ValueError(f"{CONTRACT}: unknown predictor {self.kind!r}")

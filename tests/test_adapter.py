@@ -222,7 +222,7 @@ def store_models(collected_workspace, tmp_path_factory):
     root, over = collected_workspace
     db = tmp_path_factory.mktemp("mlflow_store_models") / "mlflow.db"
     over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "features=static", "split=by_task",
-            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb,lgbm_ps_rank4_task_roof]",
+            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb,lgbm_ps_rank4_task_roofbase]",
             "model.mlp.max_epochs=5"]
     run_stage("train", over)
     mlflow.set_tracking_uri(f"sqlite:///{db}")
@@ -230,7 +230,7 @@ def store_models(collected_workspace, tmp_path_factory):
     return root, {m: rid for m, rid in zip(runs["tags.model"], runs["run_id"])}
 
 
-@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb", "lgbm_ps_rank4_task_roof"])
+@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb", "lgbm_ps_rank4_task_roofbase"])
 def test_store_models_through_metaschedule_predict_and_update(store_models, model):
     """Each per-store path and ms_xgb, called as MetaSchedule's search calls a cost model
     (through the C++ interface): a positive float64 score per candidate that ranks the
@@ -281,7 +281,7 @@ def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_mo
     from models.metrics import pairwise_accuracy
 
     root, runs = store_models
-    ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roof']}/model", threads=1, update_every=1)
+    ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model", threads=1, update_every=1)
     cm = tuning_models.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
     inner, prior = cm._inst, ours._inst.model
     assert inner.update_enabled and inner.update_mode == "residual" and inner.model is prior

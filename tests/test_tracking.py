@@ -131,11 +131,11 @@ def test_store_trees_and_ensemble_load_without_the_project(store, tmp_path):
     pyfunc scores the stored tables as the project's own model scores the training table."""
     root, over, db = store
     name = f"{root.name}-store-models"  # an experiment of its own: the other tests see their runs only
-    run_stage("train", [*over, "features=static", "train.models=[lgbm_ps,ens_ps,lgbm_ps_rank4_roof]",
+    run_stage("train", [*over, "features=static", "train.models=[lgbm_ps,ens_ps,lgbm_ps_rank4_roofbase]",
                         "model.lgbm_ps.context=[n_stores]",
                         f"mlflow.experiment={name}", f"mlflow.registered_model={name}"])
     runs = _runs(db, name).set_index("tags.model")
-    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in ("lgbm_ps", "ens_ps", "lgbm_ps_rank4_roof")}
+    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in ("lgbm_ps", "ens_ps", "lgbm_ps_rank4_roofbase")}
     got = _load_outside(sys.executable, f"sqlite:///{db}", root, list(uris.values()), tmp_path)
     for m, uri in uris.items():
         row = got[uri]
