@@ -353,6 +353,8 @@ def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]
             if len(mine) and _rank_key(mine.iloc[0], metric) == _rank_key(row, metric):
                 row = mine.iloc[0]  # a tie: the holder keeps the alias
         rid = row["run_id"]
+        if held is not None and held.run_id == rid:
+            versions.setdefault(rid, held.version)  # the version that holds it, whatever others the run has
         if rid not in versions:
             existing = client.search_model_versions(f"name = '{name}' and run_id = '{rid}'")
             if existing:
