@@ -28,7 +28,9 @@ heldout, split_seed), the run with the highest `mlflow.best_metric` gets alias `
 the best run of each feature set gets `best-<features>` (the tune stage, which can compute
 only static features for unmeasured candidates, asks for `best-static`). The metric must be
 a validation metric (`val_*`, default val_top1_score; ties broken by val_peak5 then
-val_pair_acc): the test part is read for the report only, never to choose (`SelectionError`).
+val_pair_acc, then the run that holds the alias): the test part is read for the report only,
+never to choose (`SelectionError`). Trainings that run at once (a sweep) choose one after the
+other, under the registered model's lock in the store (`mlruns/.locks/`).
 
 A tune run (tag stage=tune) holds the tuning report; one nested run per (task, cost model)
 carries them as tags and the metrics under plain names (`best_latency_us`, a step metric
@@ -58,6 +60,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from models import plots, pyfunc
 from pipeline.core.errors import PipelineError
+from pipeline.core.locks import exclusive
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -113,15 +116,18 @@ def workspace_tags(cfg) -> dict[str, str]:
 
 
 def setup(cfg) -> str:
-    """Point MLflow at the store; create the experiment if needed; returns its id."""
+    """Point MLflow at the store; create the experiment if needed; returns its id. Under the
+    store's lock: two trainings that start at once on a new store would both create its tables
+    and the experiment, and one would fail."""
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
     name = experiment_name(cfg)
-    exp = mlflow.get_experiment_by_name(name)
-    if exp is None:
-        root = artifact_root(uri) / name
-        root.mkdir(parents=True, exist_ok=True)
-        return mlflow.create_experiment(name, artifact_location=root.as_uri())
+    with store_lock(cfg, "experiments"):
+        exp = mlflow.get_experiment_by_name(name)
+        if exp is None:
+            root = artifact_root(uri) / name
+            root.mkdir(parents=True, exist_ok=True)
+            return mlflow.create_experiment(name, artifact_location=root.as_uri())
     return exp.experiment_id
 
 
@@ -278,9 +284,43 @@ def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return runs.sort_values(cols + ["start_time"], ascending=[False] * (len(cols) + 1), na_position="last")
 
 
+def store_lock(cfg, what: str):
+    """Wait for, then hold, the right to change `what` in the tracking store: a lock file in its
+    artifact folder (`mlruns/.locks/`), so that every process on that store, of any workspace,
+    takes the same one."""
+    root = artifact_root(tracking_uri(cfg)) / ".locks"
+    return exclusive(root / f"{re.sub(r'[^0-9A-Za-z_.-]', '_', what)}.lock", what=f"a writer of {what}", wait_s=None)
+
+
+def _rank_key(row: pd.Series, metric: str) -> tuple:
+    """The values a run is ranked by (rank_runs), NaN as None so that equal keys compare equal."""
+    values = (row.get(f"metrics.{m}", np.nan) for m in dict.fromkeys((metric, *TIEBREAK)))
+    return tuple(None if v is None or pd.isna(v) else float(v) for v in values)
+
+
+def _holder(client: MlflowClient, name: str, alias: str):
+    """The model version that holds `alias` now (None when none does)."""
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        return None  # no registered model, or no version with the alias yet
+
+
 def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
     """Register the best run (overall and per feature set) among the newest runs of the split
-    `split_identity` (Split.identity: kind, heldout, seed) and point the aliases at it."""
+    `split_identity` (Split.identity: kind, heldout, seed) and point the aliases at it.
+
+    Two trainings at once (a sweep) would each read the runs, then set the aliases: the later
+    write could put back a run that the earlier one had beaten, and both could register one run
+    twice. So the runs are read, ranked and the aliases moved in one step under the registered
+    model's lock in the store, and an alias moves only to a run that ranks above its holder (on a
+    tie it stays), or when its holder is no longer among the runs ranked (another split, or an
+    older run of a configuration trained again)."""
+    with store_lock(cfg, f"registered model {registered_name(cfg)}"):
+        return _update_aliases(cfg, split_identity)
+
+
+def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
     metric = best_metric(cfg)
     runs = latest_per_config(workspace_runs(cfg))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
@@ -300,17 +340,25 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
         log.warning("no run has %s (too few validation records per task, see train.topk_min_records): `best` is %s",
                     metric, f"chosen by {have[0]}" if have else "the newest run: the validation part is too small "
                     "to choose (one record per task); measure more candidates per task")
-    chosen["best"] = ranked.iloc[0]
+    chosen["best"] = ranked
     for fs, g in ranked.groupby("tags.features", sort=True):
-        chosen[f"best-{fs}"] = g.iloc[0]
+        chosen[f"best-{fs}"] = g
     versions = {}
     out = {}
-    for alias, row in chosen.items():
+    for alias, candidates in chosen.items():
+        row = candidates.iloc[0]
+        held = _holder(client, name, alias)
+        if held is not None and held.run_id != row["run_id"]:
+            mine = candidates[candidates["run_id"] == held.run_id]
+            if len(mine) and _rank_key(mine.iloc[0], metric) == _rank_key(row, metric):
+                row = mine.iloc[0]  # a tie: the holder keeps the alias
         rid = row["run_id"]
+        if held is not None and held.run_id == rid:
+            versions.setdefault(rid, held.version)  # the version that holds it, whatever others the run has
         if rid not in versions:
             existing = client.search_model_versions(f"name = '{name}' and run_id = '{rid}'")
             if existing:
-                versions[rid] = existing[0].version
+                versions[rid] = min(existing, key=lambda v: int(v.version)).version
             else:
                 mv = mlflow.register_model(row["tags.pyfunc_model_uri"], name,
                                            tags={"model": row["tags.model"], "features": row["tags.features"],
@@ -318,15 +366,19 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
                                                  "split_seed": row["tags.split_seed"],
                                                  metric: str(row.get(f"metrics.{metric}", np.nan))})
                 versions[rid] = mv.version
-        client.set_registered_model_alias(name, alias, versions[rid])
-        held = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
+        moved = held is None or str(held.version) != str(versions[rid])
+        if moved:
+            client.set_registered_model_alias(name, alias, versions[rid])
+        where = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
         used = next((m for m in (metric, *TIEBREAK) if pd.notna(row.get(f"metrics.{m}", np.nan))), None)
         why = f"{used} {float(row[f'metrics.{used}']):.3f}" if used else "no validation metric"
-        out[alias] = (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{held} seed "
-                      f"{row['tags.split_seed']} (v{versions[rid]}, {why})")
+        change = "kept" if not moved else (f"was v{held.version}" if held is not None else "new")
+        out[alias] = (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{where} seed "
+                      f"{row['tags.split_seed']} (v{versions[rid]}, {why}; {change})")
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
-                                                     f"{metric} (ties: {', '.join(TIEBREAK)}) among the runs of "
-                                                     f"the last split trained; best-<features> per feature set.")
+                                                     f"{metric} (ties: {', '.join(TIEBREAK)}, then the holder) among "
+                                                     f"the newest runs of the last split trained; best-<features> "
+                                                     f"per feature set.")
     return out
 
 

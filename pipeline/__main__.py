@@ -1,8 +1,8 @@
 """`pipeline stage=<name>` (the console script) or `python -m pipeline stage=<name>`:
 composes the Hydra config, checks it, and dispatches to the stages.
 
-A run that stops says so in one line (pipeline/failures.py): a bad setting (exit code 2,
-before any stage touches the workspace), Ctrl-C (130, with what was kept and the command
+A run that stops says so in one line (pipeline/failures.py): a bad setting or an override
+that Hydra's parser cannot read (exit code 2, before any stage touches the workspace), Ctrl-C (130, with what was kept and the command
 that resumes), a corrupt file or an unusable path (1). In a multirun a failing job is
 logged and recorded and the sweep goes on (pipeline/sweep.py). The task function returns
 the run's metric for sweepers: stage=train's `mlflow.best_metric` of its best run.
@@ -86,6 +86,10 @@ def run_stages(cfg, names: list[str], runs: list, overrides: list[str], sweeping
 
 def main() -> None:
     """The console script `pipeline` (pyproject.toml), same as `python -m pipeline`."""
+    unreadable = config.override_errors(sys.argv[1:])  # before Hydra, which names no fix
+    if unreadable:
+        print("\n".join(unreadable), file=sys.stderr)
+        sys.exit(failures.USER_ERROR)
     try:
         app()
     except KeyboardInterrupt:  # before a stage started: while Hydra composed the config

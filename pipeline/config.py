@@ -24,6 +24,8 @@ as Hydra resolves a `_target_`, so there is one list of names.
 from __future__ import annotations
 
 import math
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,3 +286,91 @@ def check(cfg) -> None:
     bad = validate(cfg)
     if bad:
         raise ConfigError("\n".join(f"bad setting {line}" for line in bad))
+
+
+# ------------------------------------------------------------ the command line's overrides
+
+GRAMMAR = "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
+# What separates the items of an override's value (lists, dicts, sweeps, functions).
+_SEPARATORS = re.compile(r"([,\[\]{}()])")
+_LEXER = "LexerNoViableAltException: "
+
+
+def _readable(parser, override: str) -> bool:
+    from hydra.errors import OverrideParseException
+
+    try:
+        parser.parse_overrides([override])
+        return True
+    except OverrideParseException:
+        return False
+
+
+def quoted(override: str) -> str | None:
+    """`override` with each item of its value that Hydra cannot read bare put in quotes, if that
+    makes it readable (None otherwise): `paths.data=/tmp/dätä` -> `paths.data="/tmp/dätä"`,
+    `dataset.ops=[GMM,ä]` -> `dataset.ops=[GMM,"ä"]`. Items, not the whole value, so that a list
+    or a sweep stays one."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    key, sep, value = override.partition("=")
+    if not sep:
+        return None
+    items = []
+    for item in _SEPARATORS.split(value):
+        bare = item.strip()
+        if not bare or _SEPARATORS.fullmatch(item) or _readable(parser, f"{key}={bare}"):
+            items.append(item)
+            continue
+        mark = '"' if '"' not in bare else "'"
+        if mark in bare:
+            return None
+        lead, trail = item[:len(item) - len(item.lstrip())], item[len(item.rstrip()):]
+        items.append(f"{lead}{mark}{bare}{mark}{trail}")
+    fixed = f"{key}={''.join(items)}"
+    return fixed if fixed != override and _readable(parser, fixed) else None
+
+
+def _unreadable(override: str, message: str) -> str:
+    """One line for an override Hydra's parser refused (its own message spans three lines and
+    names no fix)."""
+    first, _, rest = message.partition("\n")
+    char = ""
+    if first.startswith(_LEXER):  # the line under it has a caret at the character it stopped at
+        at = rest.split("\n", 1)[0].find("^") - len(_LEXER)
+        char = override[at] if 0 <= at < len(override) else ""
+    fix = quoted(override)
+    if fix is not None:
+        what = f"{char!r}" if char else "this value"
+        return (f"bad setting {override}: Hydra's override grammar reads {what} only in a quoted value; "
+                f"write {shlex.quote(fix)} (the outer quotes are the shell's)")
+    reason = f"Hydra's override grammar cannot read {char!r} there" if char else first
+    return f"bad setting {override}: {reason} (see {GRAMMAR})"
+
+
+def override_errors(argv: list[str]) -> list[str]:
+    """One line per command-line override (`key=value` of `argv`) that Hydra's parser cannot
+    read, naming the fix where quoting makes it readable; read before Hydra starts, which
+    would stop with a parser trace and exit code 1."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    if any(a in ("--version", "--help", "-h", "--hydra-help") for a in argv):
+        return []
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # Hydra reports a bad flag itself
+            args, _ = get_args_parser().parse_known_args(argv)
+    except SystemExit:
+        return []
+    parser, out = OverridesParser.create(), []
+    for override in args.overrides:
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException as e:
+            out.append(_unreadable(override, e.message))
+    return out

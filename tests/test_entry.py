@@ -21,11 +21,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import failures
-from pipeline.config import compose, validate
+from pipeline.config import GRAMMAR, compose, override_errors, quoted, validate
 from pipeline.core import schema as S
 from pipeline.core.workspace import read_table
 
-from conftest import ROOT, copy_workspace, pipeline_in_a_terminal
+from conftest import ROOT, SMOKE_OVERRIDES, copy_workspace, pipeline_in_a_terminal
 
 
 def start(args: list[str], *, cmd: list[str] | None = None, **kw) -> subprocess.Popen:
@@ -91,6 +91,30 @@ def test_bad_settings_are_refused_before_force_touches_the_workspace(measured_wo
         assert len(lines) == 1 and shown in lines[0] and valid in lines[0], text[-2000:]
         assert "Traceback" not in text
     assert snapshot(ws) == before, "a refused run changed the workspace"
+
+
+def test_an_unquoted_non_ascii_value_is_refused_with_the_quoting_that_reads_it(tmp_path):
+    """Hydra's override grammar reads letters outside ASCII only in quoted values, and says so
+    with a lexer trace and exit code 1: the entry point names the override and its quoted form,
+    which works as given."""
+    data = tmp_path / "dätä"
+    out = cli(["stage=tasks", f"paths.data={data}", *SMOKE_OVERRIDES, f"hydra.run.dir={tmp_path / 'run'}"])
+    fix = f"'paths.data=\"{data}\"'"
+    assert out.returncode == 2 and (out.stdout + out.stderr).strip() == (
+        f"bad setting paths.data={data}: Hydra's override grammar reads 'ä' only in a quoted value; write {fix} "
+        f"(the outer quotes are the shell's)"), out.stdout + out.stderr
+    assert not data.exists()
+    out = cli(["stage=tasks", *shlex.split(fix), *SMOKE_OVERRIDES, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert len(list(data.glob("*/tasks.parquet"))) == 1
+    # the items of a list or a sweep are quoted one by one, so it stays one
+    assert quoted("dataset.ops=[GMM,ä]") == 'dataset.ops=[GMM,"ä"]'
+    assert compose(['dataset.ops=[GMM,"ä"]']).dataset.ops == ["GMM", "ä"]
+    assert quoted("paths.data=/a/ä,/b/ö") == 'paths.data="/a/ä","/b/ö"'
+    # what quoting cannot mend is named with the grammar's page; readable overrides pass
+    assert override_errors(["dätä=1"]) == [f"bad setting dätä=1: Hydra's override grammar cannot read 'ä' there "
+                                           f"(see {GRAMMAR})"]
+    assert override_errors(["-m", "stage=train", "model=lgbm,xgb", "paths.data=/a b", "--cfg", "job"]) == []
 
 
 # ------------------------------------------------------------------ Ctrl-C

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -81,3 +82,61 @@ def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measur
         with create(cfg) as ex:
             names.add(Local.from_cfg(cfg, Workspace.from_cfg(cfg), ex).events)
     assert len(names) == 3  # no two shardings share an events file
+
+
+HOLD_GROUP = ("import sys, time; from pathlib import Path; from pipeline.core import locks\n"
+              "with locks.runs_lock(Path(sys.argv[1]), sys.argv[2], wait_s=0):\n"
+              "    print('held', flush=True); time.sleep(600)\n")
+
+
+def hold_group(root, stage: str) -> subprocess.Popen:
+    """Another process holding stage=`stage`'s place on the workspace at `root` (runs_lock)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_GROUP, str(root), stage], stdout=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_trains_overlap_and_a_compare_waits_for_all_of_them_or_names_them(tmp_path):
+    """Trains of one workspace may run at once (a sweep); a compare that would read their runs
+    meanwhile is refused naming every one, or waits for the last to end."""
+    root = tmp_path / "ops-llvm"
+    first = hold_group(root, "train")
+    second = hold_group(root, "train")  # a second train joins the first
+    try:
+        with pytest.raises(locks.LockHeld) as held:
+            with locks.runs_lock(root, "compare", wait_s=0.3):
+                pass
+        msg = str(held.value)
+        assert msg.startswith("stage=train on workspace ops-llvm is running: pid ")
+        assert f"pid {first.pid} " in msg and f"pid {second.pid} " in msg and "lock.wait_s" in msg
+        with locks.runs_lock(root, "train"):
+            pass  # this process trains too, alongside them
+        first.kill()
+        first.wait()
+        threading.Timer(0.5, second.terminate).start()  # ends while the compare waits
+        with locks.runs_lock(root, "compare", wait_s=60) as joined:
+            assert [h["pid"] for h in joined.waited_for] == [second.pid] and joined.waited_s > 0
+    finally:
+        for p in (first, second):
+            p.kill()
+            p.wait()
+    assert not list((root / ".locks" / "train.holders").iterdir())  # the killed one's file is gone too
+    with locks.runs_lock(root, "compare", wait_s=0) as joined:
+        assert joined.waited_for == []
+
+
+def test_a_train_waits_for_a_compare_that_reads_the_runs(tmp_path):
+    reader = hold_group(tmp_path, "compare")
+    try:
+        with locks.runs_lock(tmp_path, "compare"):
+            pass  # compares overlap among themselves (a sweep of comparisons)
+        with pytest.raises(locks.LockHeld, match=f"stage=compare on workspace {tmp_path.name} is running: pid "
+                                                 f"{reader.pid} .*stage=train waited 0 s"):
+            with locks.runs_lock(tmp_path, "train", wait_s=0.2):
+                pass
+    finally:
+        reader.kill()
+        reader.wait()
+    with locks.runs_lock(tmp_path, "train", wait_s=0) as joined:
+        assert joined.waited_for == []

@@ -26,6 +26,7 @@ compare<sel>).
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
 import pandas as pd
@@ -33,6 +34,7 @@ import pandas as pd
 from models import evaluation as E
 from models import plots, registry, tracking
 from models.metrics import ALL_METRICS
+from pipeline.core import locks
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError
 
@@ -170,7 +172,13 @@ def label_noise(ws: Workspace) -> str:
 def run(cfg) -> dict:
     ws = Workspace.from_cfg(cfg)
     select = tracking.best_metric(cfg)
-    every = tracking.workspace_runs(cfg)
+    # Read the runs while no stage=train adds some: only whole trainings (pipeline/core/locks.py).
+    with locks.runs_lock(ws.root, "compare", wait_s=float(cfg.lock.wait_s)) as joined:
+        every = tracking.workspace_runs(cfg)
+        read_at = time.strftime("%Y-%m-%d %H:%M:%S")
+    pids = ", ".join(f"pid {h.get('pid')}" for h in joined.waited_for)
+    waited = f", after waiting {joined.waited_s:.0f} s for stage=train ({pids}) to end" if pids else ""
+    state = f"training runs read at {read_at} with no stage=train running on this workspace{waited}"
     if every.empty:
         raise WorkspaceError(
             f"no MLflow training run for workspace {ws.root} in {tracking.tracking_uri(cfg)} (experiment "
@@ -199,7 +207,7 @@ def run(cfg) -> dict:
         f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
         f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
         f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
-        f"{tracking.experiment_name(cfg)}.\n\n" + to_markdown(shown))
+        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown))
 
     # the aggregation reads the runs this selection kept
     frame = E.run_frame(tracking.with_split_tags(runs))
@@ -249,7 +257,7 @@ def run(cfg) -> dict:
                 "latest_only": cfg.compare.latest_only, **{f"selection.{k}": "/".join(v) for k, v in sel.items()}},
         tags={"report": name})
     with pd.option_context("display.width", 250, "display.max_columns", 40):
-        print(f"\nstage=compare, workspace {ws.name}, {what}: {len(table)} runs")
+        print(f"\nstage=compare, workspace {ws.name}, {what}: {len(table)} runs ({state})")
         if len(heldout):
             print("leave one network out (test part, mean [min, max] over seeds; mean rows over networks):")
             print(heldout_report(_models(cfg, heldout)).to_string(index=False))

@@ -25,6 +25,7 @@ from models import registry, tracking
 from models.metrics import evaluate
 from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
+from pipeline.core import locks
 from pipeline.core.workspace import Workspace, WorkspaceError
 from pipeline.summary import OBJECTIVE
 
@@ -127,6 +128,13 @@ def run(cfg) -> dict:
     tracking.setup(cfg)  # and an unreadable MLflow store before the first model is trained
     models = model_configs(cfg)
     feature_sets = feature_configs(cfg)
+    # A compare reads the runs only while no train adds some: it would mix an unfinished training
+    # with earlier ones. Trains may overlap (a sweep); each waits for a compare that is reading.
+    with locks.runs_lock(ws.root, "train", wait_s=max(float(cfg.lock.wait_s), locks.TRAIN_WAITS_S)):
+        return _train(cfg, ws, models, feature_sets)
+
+
+def _train(cfg, ws, models: list[dict], feature_sets: list[dict]) -> dict:
     explicit = str(cfg.features.name) != EACH
     mixed = bool(cfg.train.allow_mixed_hardware)
     records = labelled_records(ws, allow_mixed_hardware=mixed)  # fails early without measurements
