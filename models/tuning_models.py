@@ -54,7 +54,7 @@ OURS = ("ours", "ours_update", "ours_adapt")
 #: the documented comparison (docs/tuning.md, "Tuning on a held-out network"), named wherever a run
 #: is too small to be one
 COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.release=zoo_ops-llvm-epyc2-v1 budget=transfer "
-                      "tune.tasks=resnet18 tune.model_uri=pretrained:zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4-without-resnet18 "
+                      "tune.tasks=resnet18 tune.model_uri=pretrained:zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4_task-without-resnet18 "
                       "tune.require_held_out=true")
 
 
