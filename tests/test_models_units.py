@@ -308,7 +308,7 @@ def test_pack_sum_with_record_context_roundtrips(tmp_path):
     np.testing.assert_allclose(again.predict_frame(frame)["score"], model.predict(tab), rtol=1e-6)
     with pytest.raises(ValueError, match="matches no record-level column"):
         _model("lgbm_ps", ["model.context=['^nothing$']"], tab.spec)
-    with pytest.raises(ValueError, match="needs input=stores"):
+    with pytest.raises(ValueError, match="need input=stores"):
         _model("lgbm", ["+model.context=[f0]"], tab.spec)
 
 

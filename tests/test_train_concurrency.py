@@ -48,7 +48,7 @@ def overlapping(collected_workspace, tmp_path_factory):
     validation metrics are changed meanwhile (the run that ranks lower is made the best), as
     another training's run that finished late would change what is best."""
     tmp = tmp_path_factory.mktemp("overlap")
-    root, over = copy_workspace(*collected_workspace, tmp / "data")
+    root, over = copy_workspace(*collected_workspace, tmp / "data", "reports")
     over = [*over, f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", "train.topk_min_records=2",
             "features=static"]
     cfg = compose(over)
