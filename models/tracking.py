@@ -58,11 +58,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from models import plots, pyfunc
 from pipeline.core.errors import PipelineError
+from pipeline.core.home import home
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SELECTION_PART = "val_"  # the only part whose metrics may choose a model
 DEFAULT_BEST_METRIC = "val_top1_score"
 TIEBREAK = ("val_peak5", "val_pair_acc")
@@ -86,15 +86,17 @@ def best_metric(cfg) -> str:
 
 
 def tracking_uri(cfg) -> str:
+    """`mlflow.tracking_uri`, else `sqlite:///<home>/mlflow.db` (home: $PIPELINE_HOME or the working
+    folder, pipeline/core/home.py), so an installed package never writes into its install folder."""
     uri = cfg.get("mlflow", {}).get("tracking_uri") if cfg is not None else None
-    return str(uri) if uri else f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    return str(uri) if uri else f"sqlite:///{home() / 'mlflow.db'}"
 
 
 def artifact_root(uri: str) -> Path:
-    """`mlruns/` next to a sqlite database; the project's `mlruns/` otherwise."""
+    """`mlruns/` next to a sqlite database; `<home>/mlruns` otherwise."""
     if uri.startswith("sqlite:///"):
         return Path(uri[len("sqlite:///"):]).resolve().parent / "mlruns"
-    return PROJECT_ROOT / "mlruns"
+    return home() / "mlruns"
 
 
 def experiment_name(cfg) -> str:
