@@ -150,3 +150,32 @@ def test_pipeline_home_moves_every_default(tmp_path, monkeypatch):
 def test_checkout_reads_its_own_conf():
     assert config.conf_source() == str(ROOT / "conf")
     assert config.CONF_DIR == ROOT / "conf"
+
+
+def test_a_missing_extra_names_the_extra(monkeypatch):
+    """A feature whose optional package is absent stops with the extra to install, not a bare
+    ImportError (the package hidden as an uninstalled one is: None in sys.modules)."""
+    from pipeline.core.extras import MissingExtra, require
+    from pipeline.core.ray_executor import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingExtra, match=r"executor=ray needs the package 'ray'.*pip install "
+                                           r"'tensor-cost-pipeline\[ray\]'"):
+        import_ray()
+    monkeypatch.setitem(sys.modules, "ncu_report", None)
+    from features.ncu.report import _load
+
+    with pytest.raises(MissingExtra, match=r"tensor-cost-pipeline\[cuda\]"):
+        _load(Path("any.ncu-rep"))
+    assert require("json", "x", "y") is sys.modules["json"]
+
+
+def test_a_broken_optional_package_keeps_its_own_error(tmp_path, monkeypatch):
+    """Installed but failing on an import of its own: that error is the one to read."""
+    from pipeline.core.extras import require
+
+    (tmp_path / "halfpkg").mkdir()
+    (tmp_path / "halfpkg" / "__init__.py").write_text("import no_such_module_of_halfpkg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError, match="no_such_module_of_halfpkg"):
+        require("halfpkg", "x", "y")
