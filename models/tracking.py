@@ -24,9 +24,10 @@ and test parts, and only their metrics compare like with like.
 
 Registered model `mlflow.registered_model` (default `<workspace>-cost-model`): after each
 training, among this workspace's newest runs of the split just trained (same split,
-heldout, split_seed), the run with the highest `mlflow.best_metric` gets alias `best`, and
-the best run of each feature set gets `best-<features>` (the tune stage, which can compute
-only static features for unmeasured candidates, asks for `best-static`). The metric must be
+heldout, split_seed), the run with the highest `mlflow.best_metric` among those that can serve
+tuning (trained on static features: MetaSchedule's unmeasured candidates have no profiler
+counters) gets alias `best`, and the best run of each feature set gets `best-<features>`
+(`best-profiler` is reported beside `best`, never chosen as it). The metric must be
 a validation metric (`val_*`, default val_top1_score; ties broken by val_peak5 then
 val_pair_acc): the test part is read for the report only, never to choose (`SelectionError`).
 
@@ -67,6 +68,9 @@ SELECTION_PART = "val_"  # the only part whose metrics may choose a model
 DEFAULT_BEST_METRIC = "val_top1_score"
 TIEBREAK = ("val_peak5", "val_pair_acc")
 SPLIT_KEYS = ("tags.split", "tags.heldout", "tags.split_seed")
+# Feature sets that exist for a candidate that has not run (models/adapter.py, feature_plan):
+# only a model trained on one of them can rank MetaSchedule's candidates, so only those hold `best`.
+TUNING_FEATURES = ("static",)
 TRAIN, TUNE, COMPARE = "train", "tune", "compare"  # tag `stage` of the runs
 
 
@@ -281,8 +285,9 @@ def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
-    """Register the best run (overall and per feature set) among the newest runs of the split
-    `split_identity` (Split.identity: kind, heldout, seed) and point the aliases at it."""
+    """Register the best runs among the newest runs of the split `split_identity`
+    (Split.identity: kind, heldout, seed) and point the aliases at them: `best` among the runs
+    that can serve tuning (TUNING_FEATURES), `best-<features>` per feature set."""
     metric = best_metric(cfg)
     runs = latest_per_config(workspace_runs(cfg))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
@@ -302,7 +307,13 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
         log.warning("no run has %s (too few validation records per task, see train.topk_min_records): `best` is %s",
                     metric, f"chosen by {have[0]}" if have else "the newest run: the validation part is too small "
                     "to choose (one record per task); measure more candidates per task")
-    chosen["best"] = ranked.iloc[0]
+    serving = ranked[ranked["tags.features"].isin(TUNING_FEATURES)]
+    if len(serving):
+        chosen["best"] = serving.iloc[0]
+    else:
+        _drop_alias(client, name, "best")
+        log.warning("no model of this split was trained on features that tuning can compute (%s): alias `best` "
+                    "is not set; train one with features=static", ", ".join(TUNING_FEATURES))
     for fs, g in ranked.groupby("tags.features", sort=True):
         chosen[f"best-{fs}"] = g.iloc[0]
     versions = {}
@@ -328,8 +339,20 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
                       f"{row['tags.split_seed']} (v{versions[rid]}, {why})")
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
                                                      f"{metric} (ties: {', '.join(TIEBREAK)}) among the runs of "
-                                                     f"the last split trained; best-<features> per feature set.")
+                                                     f"the last split trained that can serve tuning (features "
+                                                     f"{', '.join(TUNING_FEATURES)}); best-<features> per feature "
+                                                     f"set.")
     return out
+
+
+def _drop_alias(client: MlflowClient, name: str, alias: str) -> None:
+    """Remove `alias` of registered model `name` if it is set (one left from an earlier split
+    would point at a model this split did not choose)."""
+    try:
+        client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        return
+    client.delete_registered_model_alias(name, alias)
 
 
 def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,

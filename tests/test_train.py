@@ -180,6 +180,32 @@ def test_best_is_chosen_on_validation_never_on_test(collected_workspace, tmp_pat
         assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[good, "run_id"]
 
 
+def test_best_is_a_model_that_can_serve_tuning(collected_workspace, tmp_path):
+    """`best` goes to the best model on static features even where a profiler model validates
+    higher (tuning cannot compute profiler counters for unmeasured candidates); that one is
+    `best-profiler`, reported beside it. A split with no static model leaves `best` unset."""
+    root, over = collected_workspace
+    db = tmp_path / "m.db"
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "train.models=[lgbm]"]
+    out = run_stage("train", over)  # features=each: lgbm on static and on profiler
+    cfg = compose(over)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=[cfg.workspace]).set_index("tags.features")
+    client = mlflow.MlflowClient()
+    name = f"{cfg.workspace}-cost-model"
+    client.log_metric(runs.loc["profiler", "run_id"], "val_top1_score", 0.9)
+    client.log_metric(runs.loc["static", "run_id"], "val_top1_score", 0.5)
+    aliases = tracking.update_aliases(cfg, ("within_task", "", 0))
+    assert client.get_model_version_by_alias(name, "best").run_id == runs.loc["static", "run_id"]
+    assert client.get_model_version_by_alias(name, "best-profiler").run_id == runs.loc["profiler", "run_id"]
+    assert aliases["best"].startswith("lgbm/static/") and aliases["best-profiler"].startswith("lgbm/profiler/")
+    assert out["best"].startswith("lgbm/static/") and out["best-profiler"].startswith("lgbm/profiler/")
+    assert "best-static" not in out  # the same model as `best`
+    run_stage("train", [*over, "features=profiler", "split=by_task"])
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        client.get_model_version_by_alias(name, "best")
+
+
 @pytest.fixture(scope="module")
 def networks_workspace(collected_workspace, tmp_path_factory):
     """A copy of the collected workspace whose tasks belong to networks, as stage=tasks records a

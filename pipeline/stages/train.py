@@ -171,8 +171,10 @@ def run(cfg) -> dict:
     aliases = tracking.update_aliases(cfg, split_all.identity)
     _print(rows, aliases, cfg)
     out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
-    if "best" in aliases:
-        out["best"] = aliases["best"]
+    # `best` (the model tuning uses) and, beside it, the best of each feature set tuning cannot use
+    for alias, what in aliases.items():
+        if alias == "best" or (alias.startswith("best-") and alias[len("best-"):] not in tracking.TUNING_FEATURES):
+            out[alias] = what
     out[OBJECTIVE] = objective(cfg, [r["run_id"] for r in rows])
     return out
 
