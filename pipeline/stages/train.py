@@ -26,7 +26,7 @@ from models.metrics import evaluate
 from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core.workspace import Workspace, WorkspaceError
-from pipeline.summary import OBJECTIVE
+from pipeline.summary import OBJECTIVE, with_values
 
 log = logging.getLogger(__name__)
 
@@ -197,10 +197,13 @@ def _restrict(split, table, part_of: dict):
 
 
 def _print(rows: list[dict], aliases: dict, cfg) -> None:
-    df = pd.DataFrame(rows).drop(columns=["run_id"])
+    df, empty = with_values(pd.DataFrame(rows).drop(columns=["run_id"]))
     print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (val_top1: validation part; other "
           f"figures: test part, top-k over tasks with >= {cfg.train.topk_min_records} test records; MLflow: "
           f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if empty:
+        print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
+              f"{cfg.train.topk_min_records} records in the part scored: train.topk_min_records)")
     for alias, what in aliases.items():
         print(f"  models:/{tracking.registered_name(cfg)}@{alias} -> {what}")
