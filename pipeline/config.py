@@ -44,13 +44,19 @@ CONF_PACKAGE = "pipeline.conf"
 CHECKOUT_CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
+def in_checkout() -> bool:
+    """Whether this package runs from this project's source checkout (conf/ and pyproject.toml
+    beside it), not from site-packages, where another project may have installed a `conf`."""
+    pyproject = CHECKOUT_CONF.parent / "pyproject.toml"
+    return (CHECKOUT_CONF / "config.yaml").is_file() and pyproject.is_file() and \
+        'name = "tensor-cost-pipeline"' in pyproject.read_text(errors="replace")
+
+
 def conf_source() -> str:
     """Hydra's primary config source: the checkout's conf/ folder when this package runs from a
     source checkout (editable install or PYTHONPATH), so edits there count at once; else the
     installed copy, `pkg://pipeline.conf`. Users add their own folders with `hydra.searchpath`."""
-    if (CHECKOUT_CONF / "config.yaml").is_file():
-        return str(CHECKOUT_CONF)
-    return f"pkg://{CONF_PACKAGE}"
+    return str(CHECKOUT_CONF) if in_checkout() else f"pkg://{CONF_PACKAGE}"
 
 
 def conf_dir() -> Path:

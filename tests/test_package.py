@@ -179,3 +179,20 @@ def test_a_broken_optional_package_keeps_its_own_error(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ModuleNotFoundError, match="no_such_module_of_halfpkg"):
         require("halfpkg", "x", "y")
+
+
+def test_an_installed_package_ignores_a_foreign_conf_beside_it(wheel, tmp_path):
+    """site-packages may hold another project's top-level `conf/config.yaml`: an installed
+    pipeline still reads its own `pkg://pipeline.conf`."""
+    site = tmp_path / "site"
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+                          "--target", str(site), str(wheel)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (site / "conf").mkdir()
+    (site / "conf" / "config.yaml").write_text("stage: not-ours\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    out = subprocess.run([sys.executable, "-c", "from pipeline import config; print(config.conf_source(), "
+                          "config.compose([]).stage)"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["pkg://pipeline.conf", "all"]
