@@ -378,7 +378,8 @@ class PipelineCostModel(PyCostModel):
         """A released pretrained model (stage=release), by name or by the path of its folder.
 
         By name it is looked up in `search` (default: `release.search_path()`: $PIPELINE_RELEASES,
-        ./data/releases, then the project's own data/releases); its files are verified against the manifest
+        $PIPELINE_HOME/data/releases, ./data/releases, then a checkout's own data/releases); its files are
+        verified against the manifest
         before anything is loaded. The model's held-out test tasks become `exclude_tasks`, so
         an online refit never learns them."""
         folder = release.find(name, release.search_path() if search is None else search)

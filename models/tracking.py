@@ -24,9 +24,10 @@ and test parts, and only their metrics compare like with like.
 
 Registered model `mlflow.registered_model` (default `<workspace>-cost-model`): after each
 training, among this workspace's newest runs of the split just trained (same split,
-heldout, split_seed), the run with the highest `mlflow.best_metric` gets alias `best`, and
-the best run of each feature set gets `best-<features>` (the tune stage, which can compute
-only static features for unmeasured candidates, asks for `best-static`). The metric must be
+heldout, split_seed), the run with the highest `mlflow.best_metric` among those that can serve
+tuning (trained on static features: MetaSchedule's unmeasured candidates have no profiler
+counters) gets alias `best`, and the best run of each feature set gets `best-<features>`
+(`best-profiler` is reported beside `best`, never chosen as it). The metric must be
 a validation metric (`val_*`, default val_top1_score; ties broken by val_peak5 then
 val_pair_acc, then the run that holds the alias): the test part is read for the report only,
 never to choose (`SelectionError`). Trainings that run at once (a sweep) choose one after the
@@ -61,15 +62,18 @@ from omegaconf import DictConfig, OmegaConf
 from models import plots, pyfunc
 from pipeline.core.errors import PipelineError
 from pipeline.core.locks import exclusive
+from pipeline.core.home import home
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SELECTION_PART = "val_"  # the only part whose metrics may choose a model
 DEFAULT_BEST_METRIC = "val_top1_score"
 TIEBREAK = ("val_peak5", "val_pair_acc")
 SPLIT_KEYS = ("tags.split", "tags.heldout", "tags.split_seed")
+# Feature sets that exist for a candidate that has not run (models/adapter.py, feature_plan):
+# only a model trained on one of them can rank MetaSchedule's candidates, so only those hold `best`.
+TUNING_FEATURES = ("static",)
 TRAIN, TUNE, COMPARE = "train", "tune", "compare"  # tag `stage` of the runs
 
 
@@ -89,15 +93,17 @@ def best_metric(cfg) -> str:
 
 
 def tracking_uri(cfg) -> str:
+    """`mlflow.tracking_uri`, else `sqlite:///<home>/mlflow.db` (home: $PIPELINE_HOME or the working
+    folder, pipeline/core/home.py), so an installed package never writes into its install folder."""
     uri = cfg.get("mlflow", {}).get("tracking_uri") if cfg is not None else None
-    return str(uri) if uri else f"sqlite:///{PROJECT_ROOT / 'mlflow.db'}"
+    return str(uri) if uri else f"sqlite:///{home() / 'mlflow.db'}"
 
 
 def artifact_root(uri: str) -> Path:
-    """`mlruns/` next to a sqlite database; the project's `mlruns/` otherwise."""
+    """`mlruns/` next to a sqlite database; `<home>/mlruns` otherwise."""
     if uri.startswith("sqlite:///"):
         return Path(uri[len("sqlite:///"):]).resolve().parent / "mlruns"
-    return PROJECT_ROOT / "mlruns"
+    return home() / "mlruns"
 
 
 def experiment_name(cfg) -> str:
@@ -307,8 +313,9 @@ def _holder(client: MlflowClient, name: str, alias: str):
 
 
 def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
-    """Register the best run (overall and per feature set) among the newest runs of the split
-    `split_identity` (Split.identity: kind, heldout, seed) and point the aliases at it.
+    """Register the best runs among the newest runs of the split `split_identity`
+    (Split.identity: kind, heldout, seed) and point the aliases at them: `best` among the runs
+    that can serve tuning (TUNING_FEATURES), `best-<features>` per feature set.
 
     Two trainings at once (a sweep) would each read the runs, then set the aliases: the later
     write could put back a run that the earlier one had beaten, and both could register one run
@@ -340,7 +347,13 @@ def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]
         log.warning("no run has %s (too few validation records per task, see train.topk_min_records): `best` is %s",
                     metric, f"chosen by {have[0]}" if have else "the newest run: the validation part is too small "
                     "to choose (one record per task); measure more candidates per task")
-    chosen["best"] = ranked
+    serving = ranked[ranked["tags.features"].isin(TUNING_FEATURES)]
+    if len(serving):
+        chosen["best"] = serving
+    else:
+        _drop_alias(client, name, "best")
+        log.warning("no model of this split was trained on features that tuning can compute (%s): alias `best` "
+                    "is not set; train one with features=static", ", ".join(TUNING_FEATURES))
     for fs, g in ranked.groupby("tags.features", sort=True):
         chosen[f"best-{fs}"] = g
     versions = {}
@@ -377,9 +390,20 @@ def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]
                       f"{row['tags.split_seed']} (v{versions[rid]}, {why}; {change})")
     client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
                                                      f"{metric} (ties: {', '.join(TIEBREAK)}, then the holder) among "
-                                                     f"the newest runs of the last split trained; best-<features> "
-                                                     f"per feature set.")
+                                                     f"the newest runs of the last split trained that can serve tuning "
+                                                     f"(features {', '.join(TUNING_FEATURES)}); best-<features> per "
+                                                     f"feature set.")
     return out
+
+
+def _drop_alias(client: MlflowClient, name: str, alias: str) -> None:
+    """Remove `alias` of registered model `name` if it is set (one left from an earlier split
+    would point at a model this split did not choose)."""
+    try:
+        client.get_model_version_by_alias(name, alias)
+    except mlflow.exceptions.MlflowException:
+        return
+    client.delete_registered_model_alias(name, alias)
 
 
 def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,

@@ -36,9 +36,10 @@ def objective(results: dict[str, dict]) -> float | None:
     return None
 
 
-# An absolute folder: as a console script this module is `pipeline.__main__`, not `__main__`,
-# and Hydra would read a relative config_path as a Python package.
-@hydra.main(version_base="1.3", config_path=str(config.CONF_DIR), config_name="config")
+# An absolute folder (a checkout) or `pkg://pipeline.conf` (installed): as a console script this
+# module is `pipeline.__main__`, not `__main__`, and Hydra would read a relative config_path as
+# a Python package.
+@hydra.main(version_base="1.3", config_path=config.conf_source(), config_name="config")
 def app(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     sweeping = hc.mode == RunMode.MULTIRUN

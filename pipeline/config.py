@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra import compose as hydra_compose
-from hydra import initialize_config_dir
+from hydra import initialize_config_dir, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import get_object
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -40,7 +40,38 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline import stages
 from pipeline.core.errors import PipelineError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# The configs live in the repository's top-level conf/; the wheel installs that folder as the
+# package `pipeline.conf` (pyproject.toml), read through Hydra's `pkg://` search path.
+CONF_PACKAGE = "pipeline.conf"
+CHECKOUT_CONF = Path(__file__).resolve().parent.parent / "conf"
+
+
+def in_checkout() -> bool:
+    """Whether this package runs from this project's source checkout (conf/ and pyproject.toml
+    beside it), not from site-packages, where another project may have installed a `conf`."""
+    pyproject = CHECKOUT_CONF.parent / "pyproject.toml"
+    return (CHECKOUT_CONF / "config.yaml").is_file() and pyproject.is_file() and \
+        'name = "tensor-cost-pipeline"' in pyproject.read_text(errors="replace")
+
+
+def conf_source() -> str:
+    """Hydra's primary config source: the checkout's conf/ folder when this package runs from a
+    source checkout (editable install or PYTHONPATH), so edits there count at once; else the
+    installed copy, `pkg://pipeline.conf`. Users add their own folders with `hydra.searchpath`."""
+    return str(CHECKOUT_CONF) if in_checkout() else f"pkg://{CONF_PACKAGE}"
+
+
+def conf_dir() -> Path:
+    """The folder the configs are read from (a checkout's conf/ or the installed pipeline/conf)."""
+    source = conf_source()
+    if not source.startswith("pkg://"):
+        return Path(source)
+    from importlib.resources import files
+
+    return Path(str(files(CONF_PACKAGE)))
+
+
+CONF_DIR = conf_dir()
 
 
 def _release_name(release) -> str:
@@ -61,8 +92,12 @@ class ConfigError(PipelineError):
 
 
 def compose(overrides: list[str] | None = None):
+    """The config `pipeline <overrides>` would run with (tests, benchmarks, notebooks)."""
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    source = conf_source()
+    init = (initialize_config_module(config_module=source[len("pkg://"):], version_base="1.3")
+            if source.startswith("pkg://") else initialize_config_dir(config_dir=source, version_base="1.3"))
+    with init:
         return hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=False)
 
 

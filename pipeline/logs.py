@@ -4,7 +4,8 @@ Hydra's job logging (conf/config.yaml, `hydra.job_logging`) sends log records to
 console and to `<output dir>/<job>.log`. What the stages print (tables, the summary) is
 turned into records of the `pipeline.console` logger while a stage runs (`console_to_log`):
 that logger's console handler shows the bare line, as print did, and the log file gets it
-with a time stamp. Progress bars (tqdm, on stderr) stay on the console only.
+with a time stamp. Progress bars (tqdm, on stderr) stay on the console only. A record with a
+traceback is one line on the console (`ConsoleFormatter`); the log file holds the traceback.
 
 `quiet_dependencies` holds the loggers named in `log.quiet` at WARNING (MLflow's model
 loading and artifact notes, alembic's migrations, numexpr's thread count, TVM's notes) and
@@ -58,6 +59,22 @@ def console_to_log() -> Iterator[None]:
             yield
     finally:
         stream.flush()
+
+
+class ConsoleFormatter(logging.Formatter):
+    """The console's format: a record without its traceback, which stays in the job's log file
+    (a failing cost model or job is one line on the console, its trace where it can be read
+    in full). The record is left as it was for the file handler."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        saved = record.exc_info, record.exc_text, record.stack_info
+        if not (record.exc_info or record.stack_info):
+            return super().format(record)
+        record.exc_info = record.exc_text = record.stack_info = None
+        try:
+            return super().format(record) + " (traceback in the job's log file)"
+        finally:
+            record.exc_info, record.exc_text, record.stack_info = saved
 
 
 def quiet_dependencies(names: Iterable[str]) -> None:

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import textwrap
 
+import pandas as pd
+
 #: a stage's result key whose text is a statement about the run, printed in full on its own lines
 NOTE = "note"
 #: a stage's result key {"name": metric, "value": number}: the metric the run returns to a sweeper
 OBJECTIVE = "objective"
+
+
+def with_values(df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """`df` without the columns that hold no value in any row (NaN, None or an empty string),
+    and their names: a table shows what was measured, and one line says what is missing."""
+    def empty(col: pd.Series) -> bool:
+        return bool(col.map(lambda v: v is None or (isinstance(v, float) and v != v) or
+                            (isinstance(v, str) and not v.strip())).all())
+
+    dropped = [c for c in df.columns if len(df) and empty(df[c])]
+    return df.drop(columns=dropped), dropped
 
 
 def summary_lines(cfg, results: dict[str, dict], wall_s: float) -> list[str]:

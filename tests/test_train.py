@@ -180,6 +180,59 @@ def test_best_is_chosen_on_validation_never_on_test(collected_workspace, tmp_pat
         assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[good, "run_id"]
 
 
+def test_best_is_a_model_that_can_serve_tuning(collected_workspace, tmp_path):
+    """`best` goes to the best model on static features even where a profiler model validates
+    higher (tuning cannot compute profiler counters for unmeasured candidates); that one is
+    `best-profiler`, reported beside it. A split with no static model leaves `best` unset."""
+    root, over = collected_workspace
+    db = tmp_path / "m.db"
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "train.models=[lgbm]"]
+    out = run_stage("train", over)  # features=each: lgbm on static and on profiler
+    cfg = compose(over)
+    mlflow.set_tracking_uri(f"sqlite:///{db}")
+    runs = mlflow.search_runs(experiment_names=[cfg.workspace]).set_index("tags.features")
+    client = mlflow.MlflowClient()
+    name = f"{cfg.workspace}-cost-model"
+    client.log_metric(runs.loc["profiler", "run_id"], "val_top1_score", 0.9)
+    client.log_metric(runs.loc["static", "run_id"], "val_top1_score", 0.5)
+    aliases = tracking.update_aliases(cfg, ("within_task", "", 0))
+    assert client.get_model_version_by_alias(name, "best").run_id == runs.loc["static", "run_id"]
+    assert client.get_model_version_by_alias(name, "best-profiler").run_id == runs.loc["profiler", "run_id"]
+    assert aliases["best"].startswith("lgbm/static/") and aliases["best-profiler"].startswith("lgbm/profiler/")
+    assert out["best"].startswith("lgbm/static/") and out["best-profiler"].startswith("lgbm/profiler/")
+    assert "best-static" not in out  # the same model as `best`
+    run_stage("train", [*over, "features=profiler", "split=by_task"])
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        client.get_model_version_by_alias(name, "best")
+
+
+def test_tables_show_the_columns_that_have_values(collected_workspace, tmp_path, capsys):
+    """With 2 test records per task and top-k figures over tasks with >= 32, no top-k figure
+    exists: the console tables and compare-*.md leave those columns out and say so in one line;
+    the CSV keeps every column."""
+    from pipeline.summary import with_values
+
+    frame = pd.DataFrame({"a": [1.0, np.nan], "b": [np.nan, np.nan], "c": ["", " "], "d": [None, "x"]})
+    shown, empty = with_values(frame)
+    assert list(shown.columns) == ["a", "d"] and empty == ["b", "c"]
+    root, over = collected_workspace
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'm.db'}", "features=static", "train.models=[lgbm]",
+            "train.topk_min_records=32"]
+    run_stage("train", over)
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.lstrip().startswith("model"))
+    assert "pair_acc" in header and "top1" not in header and "peak5" not in header, printed
+    assert "no value in any run: val_top1, top1, peak5" in printed, printed
+    assert "(a top-k figure counts only tasks with >= 32 records in the part scored" in printed
+    out = run_stage("compare", over)
+    printed = capsys.readouterr().out
+    assert "no value in any run: top-1, top-5" in printed, printed
+    md = Path(out["report"]).read_text()
+    assert "test_top1_score" not in md.split("No value in any run")[0] and "test_pair_acc" in md
+    assert "No value in any run (not shown): " in md and "test_top1_score" in md.split("No value in any run")[1]
+    assert "test_top1_score" in pd.read_csv(Path(out["report"]).with_suffix(".csv")).columns
+
+
 @pytest.fixture(scope="module")
 def networks_workspace(collected_workspace, tmp_path_factory):
     """A copy of the collected workspace whose tasks belong to networks, as stage=tasks records a

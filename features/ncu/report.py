@@ -22,6 +22,7 @@ from pathlib import Path
 
 from features.ncu import command
 from features.ncu.metrics import ALIASES, METRICS_ONLY, TIME_METRIC, is_additive, resolve
+from pipeline.core.extras import require
 from pipeline.core.schema import ncu_launches_schema
 from pipeline.core.workspace import write_table
 
@@ -98,7 +99,8 @@ def lookup(action, name: str):
 
 
 def _load(path: Path):
-    import ncu_report  # lazy: the NVIDIA package loads a native library
+    # lazy: the NVIDIA package loads a native library, and only Nsight Compute's reports need it
+    ncu_report = require("ncu_report", "cuda", "reading Nsight Compute reports (.ncu-rep)")
 
     if not path.is_file():
         raise ReportError(f"{path}: no such report file" if not path.exists() else f"{path}: not a file")

@@ -388,7 +388,12 @@ class Nvtx:
     by the record id: what `ncu --nvtx --nvtx-include "regex:<domain>@.+/"` profiles."""
 
     def __init__(self, domain: str, warmup: int = 1):
-        import nvtx  # only this instrument needs the package (absent on a plain measure host)
+        try:  # only this instrument needs the package (absent on a plain measure host)
+            import nvtx
+        except ModuleNotFoundError as e:  # this file runs alone on device hosts: no pipeline imports
+            raise ModuleNotFoundError("the NVTX instrument (profiling under Nsight Compute) needs the package "
+                                      "'nvtx': pip install 'tensor-cost-pipeline[cuda]' (a device bundle ships "
+                                      "it)", name="nvtx") from e
 
         self.nvtx, self.domain, self.warmup = nvtx, domain, int(warmup)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.executor import POLL_S, Executor, files_of, put_files, run_shipped
+from pipeline.core.extras import require
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +43,7 @@ START_HINT = ("start the head node with `ray start --head --port=6379` (and `ray
 def import_ray():
     """Ray, imported on first use: a second or more to import, and not needed by
     `executor=local`."""
-    try:
-        import ray
-    except ImportError as e:
-        raise PipelineError("executor=ray needs Ray: pip install 'ray==2.60.0' (a dependency in pyproject.toml; "
-                            "`make install` installs it)") from e
-    return ray
+    return require("ray", "ray", "executor=ray")
 
 
 def split_address(address: str) -> tuple[str, int]:

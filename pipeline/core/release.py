@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from pipeline.core import schema as S
 from pipeline.core.catalog import TABLES, Table, ncu_tables
 from pipeline.core.errors import PipelineError
+from pipeline.core.home import home
 from pipeline.core import database as D
 from pipeline.core.workspace import SELECTION_KEY, Workspace, atomic_write_bytes, part_files
 
@@ -95,14 +96,19 @@ def check_name(name: str) -> str:
     return str(name)
 
 
+# The releases committed with the project: data/releases of a source checkout (an installed
+# package has none; the folder it would be is then left out of the search).
 PROJECT_RELEASES = Path(__file__).resolve().parents[2] / "data" / "releases"
 
 
 def search_path(*first: Path) -> list[Path]:
     """Where releases are looked up by name: `first` (e.g. paths.releases), $PIPELINE_RELEASES,
-    ./data/releases, then the project's own data/releases."""
+    <home>/data/releases ($PIPELINE_HOME, pipeline/core/home.py), ./data/releases, then the
+    project's own data/releases when this runs from a source checkout."""
     env = [Path(p) for p in os.environ.get("PIPELINE_RELEASES", "").split(os.pathsep) if p]
-    return list(dict.fromkeys([*map(Path, first), *env, Path.cwd() / "data" / "releases", PROJECT_RELEASES]))
+    project = [PROJECT_RELEASES] if PROJECT_RELEASES.is_dir() else []
+    return list(dict.fromkeys([*map(Path, first), *env, home() / "data" / "releases", Path.cwd() / "data" / "releases",
+                               *project]))
 
 
 def hardware_of(meas) -> dict:
@@ -140,7 +146,8 @@ def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
     known = sorted({p.name for root in search if Path(root).expanduser().is_dir()
                     for p in Path(root).expanduser().iterdir() if (p / MANIFEST).is_file()})
     raise ReleaseError(f"no release {name_or_path!r} in {', '.join(dict.fromkeys(searched))}: give one of "
-                       f"{', '.join(known) or '(none there)'} or the path of a release folder")
+                       f"{', '.join(known) or '(none there)'} or the path of a release folder, or add the folder that holds "
+                       f"it to PIPELINE_RELEASES")
 
 
 # ---------------------------------------------------------------------- checksums

@@ -37,6 +37,7 @@ from models.metrics import ALL_METRICS
 from pipeline.core import locks
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.summary import with_values
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +202,14 @@ def run(cfg) -> dict:
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
         ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
-    shown = table.drop(columns=["run_id", "start_time"])
-    table.to_csv(paths["csv"], index=False)
+    shown, empty = with_values(table.drop(columns=["run_id", "start_time"]))
+    table.to_csv(paths["csv"], index=False)  # every column, empty ones too
     paths["md"].write_text(
         f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
         f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
         f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
-        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown))
+        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown)
+        + (f"\nNo value in any run (not shown): {', '.join(empty)}.\n" if empty else ""))
 
     # the aggregation reads the runs this selection kept
     frame = E.run_frame(tracking.with_split_tags(runs))
@@ -258,12 +260,18 @@ def run(cfg) -> dict:
         tags={"report": name})
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         print(f"\nstage=compare, workspace {ws.name}, {what}: {len(table)} runs ({state})")
-        if len(heldout):
-            print("leave one network out (test part, mean [min, max] over seeds; mean rows over networks):")
-            print(heldout_report(_models(cfg, heldout)).to_string(index=False))
-        if len(splits):
-            print("every split over its runs (test part):")
-            print(split_report(_models(cfg, splits)).to_string(index=False))
+        for title, report in (
+                ("leave one network out (test part, mean [min, max] over seeds; mean rows over networks)",
+                 heldout_report(_models(cfg, heldout)) if len(heldout) else None),
+                ("every split over its runs (test part)", split_report(_models(cfg, splits)) if len(splits) else None)):
+            if report is None:
+                continue
+            report, empty = with_values(report)
+            print(f"{title}:")
+            print(report.to_string(index=False))
+            if empty:
+                print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
+                      f"{cfg.train.topk_min_records} test records: train.topk_min_records)")
         left = int((~chosen).sum())
         if left:
             print(f"{left} other training runs of this workspace (select them with split=, model=, features=)")

@@ -17,9 +17,8 @@ import glob
 import logging
 from pathlib import Path
 
-import gdown
-
 from pipeline.core.errors import PipelineError
+from pipeline.core.extras import require
 from pipeline.core.release import sha256
 from pipeline.core.workspace import Workspace
 from pipeline.tenset import dataset as DS
@@ -50,6 +49,7 @@ def fetch(spec, dest: Path, timeout_s: float) -> Path:
     """gdown the archive to `dest` (resuming a partial download); fails fast offline."""
     if not spec.gdrive_id:
         raise DownloadError(f"no Google Drive id is configured for {spec.file}; {manual_instructions(spec, dest)}")
+    gdown = require("gdown", "tenset", "stage=download (TenSet's archives from Google Drive)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     log.info("fetching %s (Google Drive id %s) -> %s", spec.file, spec.gdrive_id, dest)
     try:

@@ -27,7 +27,7 @@ from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core import locks
 from pipeline.core.workspace import Workspace, WorkspaceError
-from pipeline.summary import OBJECTIVE
+from pipeline.summary import OBJECTIVE, with_values
 
 log = logging.getLogger(__name__)
 
@@ -179,8 +179,10 @@ def _train(cfg, ws, models: list[dict], feature_sets: list[dict]) -> dict:
     aliases = tracking.update_aliases(cfg, split_all.identity)
     _print(rows, aliases, cfg)
     out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
-    if "best" in aliases:
-        out["best"] = aliases["best"]
+    # `best` (the model tuning uses) and, beside it, the best of each feature set tuning cannot use
+    for alias, what in aliases.items():
+        if alias == "best" or (alias.startswith("best-") and alias[len("best-"):] not in tracking.TUNING_FEATURES):
+            out[alias] = what
     out[OBJECTIVE] = objective(cfg, [r["run_id"] for r in rows])
     return out
 
@@ -203,10 +205,13 @@ def _restrict(split, table, part_of: dict):
 
 
 def _print(rows: list[dict], aliases: dict, cfg) -> None:
-    df = pd.DataFrame(rows).drop(columns=["run_id"])
+    df, empty = with_values(pd.DataFrame(rows).drop(columns=["run_id"]))
     print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (val_top1: validation part; other "
           f"figures: test part, top-k over tasks with >= {cfg.train.topk_min_records} test records; MLflow: "
           f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if empty:
+        print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
+              f"{cfg.train.topk_min_records} records in the part scored: train.topk_min_records)")
     for alias, what in aliases.items():
         print(f"  models:/{tracking.registered_name(cfg)}@{alias} -> {what}")
