@@ -81,7 +81,7 @@ def main() -> None:
     ws = Workspace.from_cfg(compose(args.overrides))
     if ws.read("kernels").empty:
         raise SystemExit(f"{ws.root}: no built kernels; run `python -m pipeline stage=replay` with these overrides")
-    settings = {"one pass": [f"measure.rounds=1", f"measure.repeat={args.rounds * args.repeat}"],
+    settings = {"one pass": ["measure.rounds=1", f"measure.repeat={args.rounds * args.repeat}"],
                 "rounds": [f"measure.rounds={args.rounds}", f"measure.repeat={args.repeat}"]}
     stop = mp.Event()
     burners = [mp.Process(target=burn, args=(args.burst_s, i, stop), daemon=True) for i in range(args.load)]

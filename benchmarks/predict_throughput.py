@@ -21,7 +21,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 
 def measured_xgb(ws, threads: int, seed: int):
@@ -82,7 +81,7 @@ def main(argv=None) -> int:
 
     from pipeline.core import schema as S
     from models import tracking
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
     from pipeline.core import database as D
     from pipeline.stages.sample import draw_candidates
     from pipeline.core.targets import make_target

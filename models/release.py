@@ -5,7 +5,7 @@ python_function: models/pyfunc.py) with what a user needs to trust it: the relea
 trained on, its split and held-out networks and tasks (never trained on), its evaluation on
 them with the spread over the seeds of the same split, MetaSchedule's XGBModel trained on
 the same parts beside it, the hardware and the versions. `PipelineCostModel.from_pretrained`
-loads one by name (models/adapter.py).
+loads one by name (pipeline/tuning/cost_model.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -324,3 +325,38 @@ def build_table(ws: Workspace, feature_set: str, exclude: list[str] | None = Non
 
 
 STORE_INDEX = "store_index"
+
+
+def restricted_table(workspace: str | Path, spec: FeatureSpec, exclude_tasks=()):
+    """The workspace's training table restricted to `spec`'s columns and without the records of
+    `exclude_tasks` (the model's held-out test tasks: a refit must not learn what the model
+    was not trained on), or None with the reason."""
+    root = Path(workspace)
+    if not root.exists():
+        return None, f"workspace {root} is not on this machine"
+    try:
+        table = build_table(Workspace(root), spec.feature_set)
+    except Exception as e:  # noqa: BLE001 - an unusable workspace only disables the union mode
+        return None, f"{type(e).__name__}: {e}"
+    missing = [c for c in [*spec.columns, *spec.store_columns]
+               if c not in table.frame.columns and c not in table.spec.store_columns]
+    if missing:
+        return None, f"workspace {root} lacks {len(missing)} of the model's columns, e.g. {missing[:3]}"
+    idx = [table.spec.store_columns.index(c) for c in spec.store_columns]
+    stores = table.stores[:, idx] if table.stores is not None and idx else None
+    keep = ["record_id", "task_id", "label", *spec.columns]
+    table = replace(table, frame=table.frame[keep].copy(), spec=spec, stores=stores,
+                    offsets=table.offsets if stores is not None else None)
+    if exclude_tasks:
+        table = table.take(np.flatnonzero(~table.frame["task_id"].isin(set(exclude_tasks)).to_numpy()))
+    return table, ""
+
+
+def concat_tables(a: "TrainingTable", b: "TrainingTable") -> "TrainingTable":
+    """`b`'s rows after `a`'s (`b` has at least `a`'s columns), stores and offsets joined."""
+    frame = pd.concat([a.frame, b.frame[a.frame.columns]], ignore_index=True)
+    if a.stores is None:
+        return replace(a, frame=frame, stores=None, offsets=None)
+    stores = np.concatenate([a.stores, b.stores])
+    offsets = np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]])
+    return replace(a, frame=frame, stores=stores, offsets=offsets)

@@ -71,7 +71,7 @@ SELECTION_PART = "val_"  # the only part whose metrics may choose a model
 DEFAULT_BEST_METRIC = "val_top1_score"
 TIEBREAK = ("val_peak5", "val_pair_acc")
 SPLIT_KEYS = ("tags.split", "tags.heldout", "tags.split_seed")
-# Feature sets that exist for a candidate that has not run (models/adapter.py, feature_plan):
+# Feature sets that exist for a candidate that has not run (features/candidates.py, feature_plan):
 # only a model trained on one of them can rank MetaSchedule's candidates, so only those hold `best`.
 TUNING_FEATURES = ("static",)
 TRAIN, TUNE, COMPARE = "train", "tune", "compare"  # tag `stage` of the runs
@@ -519,3 +519,20 @@ def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], p
         for p in files:
             mlflow.log_artifact(str(p), artifact_path="reports")
         return run.info.run_id
+
+
+def model_source(uri: str) -> dict:
+    """What the store knows of the run behind a model URI (`models:/<name>@<alias>`,
+    `models:/<name>/<version>`, `runs:/<id>/model`): uri, run_id, registered_model, version,
+    and, when a run is found, its tags model, features, split, workspace, workspace_path and
+    its split's held-out test tasks and networks (split_known: whether split.json was logged)."""
+    run_id, name, version = uri_run(uri)
+    info = {"uri": uri, "run_id": run_id, "registered_model": name, "version": version}
+    if run_id:
+        tags = mlflow.get_run(run_id).data.tags
+        info.update({k: tags.get(k) for k in ("model", "features", "split", "workspace", "workspace_path")})
+        split = split_of_run(run_id)
+        info["split_known"] = bool(split)
+        info["test_tasks"] = list(split.get("test_tasks") or [])
+        info["test_networks"] = list(split.get("test_networks") or [])
+    return info

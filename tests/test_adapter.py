@@ -1,4 +1,4 @@
-"""models.adapter: a trained pipeline model as a MetaSchedule cost model, on real candidates."""
+"""pipeline.tuning.cost_model: a trained pipeline model as a MetaSchedule cost model, on real candidates."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.config import compose, run_stage
+from pipeline.config import run_stage
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_predict_on_sampled_candidates(registry_store):
     """Candidates drawn by MetaSchedule's own sampler: one float64 score each, all positive."""
     from tvm.s_tir import meta_schedule as ms
 
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
     from pipeline.stages.sample import draw_candidates
 
     root, _, uri, _ = registry_store
@@ -72,7 +72,8 @@ def test_predict_on_sampled_candidates(registry_store):
 def test_features_match_collect_stage(registry_store):
     """The adapter's inputs for a workspace's records equal stage=collect's, so the model sees
     in tuning exactly what it was trained on."""
-    from models.adapter import PipelineCostModel, model_inputs
+    from features.candidates import model_inputs
+    from pipeline.tuning.cost_model import PipelineCostModel
     from models.tables import build_table
     from pipeline.core.workspace import Workspace
 
@@ -91,7 +92,7 @@ def test_features_match_collect_stage(registry_store):
 def test_save_load_round_trip_with_session(registry_store, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
 
     root, _, uri, _ = registry_store
     cm = PipelineCostModel.from_uri(uri, threads=1, update=True, update_every=1, update_mode="continue",
@@ -118,7 +119,7 @@ def test_save_load_round_trip_with_session(registry_store, tmp_path):
 def test_union_update_retrains_on_training_data(registry_store):
     from tvm.s_tir import meta_schedule as ms
 
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
 
     root, _, uri, _ = registry_store
     cm = PipelineCostModel.from_uri(uri, threads=1, update=True, update_every=1)  # auto: the run's workspace
@@ -133,16 +134,17 @@ def test_union_update_retrains_on_training_data(registry_store):
 def test_union_update_leaves_out_held_out_tasks(registry_store):
     """A refit must not learn the tasks the model was tested on: the run's split.json names
     them, and the union mode's training table goes without them."""
-    from models.adapter import PipelineCostModel, load_training_table
+    from models.tables import restricted_table
+    from pipeline.tuning.cost_model import PipelineCostModel
 
     root, _, uri, _ = registry_store
     cm = PipelineCostModel.from_uri(uri, threads=1)
     info = cm._inst.info
     assert info["split_known"] and info["split"] == "within_task" and info["test_tasks"] == []
     spec = cm._inst.model.spec
-    full, _ = load_training_table(root, spec)
+    full, _ = restricted_table(root, spec)
     held = sorted(set(full.frame["task_id"]))[:1]
-    rest, _ = load_training_table(root, spec, exclude_tasks=held)
+    rest, _ = restricted_table(root, spec, exclude_tasks=held)
     assert len(rest) == int((full.frame["task_id"] != held[0]).sum()) > 0
     assert held[0] not in set(rest.frame["task_id"])
     refit = PipelineCostModel.from_uri(uri, threads=1, update=True, exclude_tasks=held).copy()
@@ -155,7 +157,7 @@ def test_adapter_sent_as_bytes_refits_in_union_mode_from_its_shipped_table(regis
     table, so their refits are union refits, as on the machine that holds the workspace."""
     from tvm.s_tir import meta_schedule as ms
 
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
 
     root, _, uri, _ = registry_store
     here = PipelineCostModel.from_uri(uri, threads=1)
@@ -176,7 +178,8 @@ def test_adapter_sent_as_bytes_refits_in_union_mode_from_its_shipped_table(regis
 
 
 def test_profiler_model_is_refused(registry_store):
-    from models.adapter import FeatureMismatchError, PipelineCostModel
+    from features.candidates import FeatureMismatchError
+    from pipeline.tuning.cost_model import PipelineCostModel
 
     _, _, _, profiler_uri = registry_store
     with pytest.raises(FeatureMismatchError, match="Profiler counters exist only after a kernel has run"):
@@ -184,7 +187,7 @@ def test_profiler_model_is_refused(registry_store):
 
 
 def test_feature_plan_refuses_mixed_and_unknown_columns():
-    from models.adapter import FeatureMismatchError, feature_plan
+    from features.candidates import FeatureMismatchError, feature_plan
     from models.base import FeatureSpec
 
     with pytest.raises(FeatureMismatchError, match="features='all'"):
@@ -196,7 +199,7 @@ def test_feature_plan_refuses_mixed_and_unknown_columns():
 
 
 def test_positive_scores_keep_order():
-    from models.adapter import positive_scores
+    from pipeline.tuning.cost_model import positive_scores
 
     raw = np.array([-800.0, -3.0, -1e-6, 0.0, 5e-4, 0.2, 1.0, 40.0])
     for calibrated in (True, False):
@@ -238,7 +241,7 @@ def test_store_models_through_metaschedule_predict_and_update(store_models, mode
     tasks of the model's split."""
     from tvm.s_tir import meta_schedule as ms
 
-    from models.adapter import PipelineCostModel, positive_scores
+    from pipeline.tuning.cost_model import PipelineCostModel, positive_scores
     from models.tables import build_table
     from pipeline.core.workspace import Workspace
 
@@ -276,13 +279,13 @@ def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_mo
     measurements moves the scores toward them, and survives a save and load."""
     from tvm.s_tir import meta_schedule as ms
 
-    from models import tuning_models
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning import kinds as tuning_kinds
+    from pipeline.tuning.cost_model import PipelineCostModel
     from models.metrics import pairwise_accuracy
 
     root, runs = store_models
     ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model", threads=1, update_every=1)
-    cm = tuning_models.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
+    cm = tuning_kinds.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
     inner, prior = cm._inst, ours._inst.model
     assert inner.update_enabled and inner.update_mode == "residual" and inner.model is prior
     ctx, cands, rids, secs = _task_candidates(root)

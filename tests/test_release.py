@@ -214,7 +214,7 @@ def test_pretrained_model_loads_from_any_folder_and_tunes(tmp_path):
 import tempfile, tvm
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.testing.te_workload import create_te_workload
-from models.adapter import PipelineCostModel, TargetKindError
+from pipeline.tuning.cost_model import PipelineCostModel, TargetKindError
 cm = PipelineCostModel.from_pretrained({name!r})
 mod = tvm.IRModule({{"main": create_te_workload("GMM", 0)}})
 with tempfile.TemporaryDirectory() as d:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import tarfile
 
-import pandas as pd
 import pytest
 
 from pipeline.core import schema as S

@@ -36,7 +36,7 @@ def trained_store(collected_workspace, tmp_path_factory):
 def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     import mlflow
 
-    from models.tuning_models import COMPARISON_COMMAND
+    from pipeline.tuning.kinds import COMPARISON_COMMAND
     from pipeline.config import compose
     from pipeline.core import schema as S
     from pipeline.core.workspace import read_table
@@ -101,7 +101,7 @@ def test_network_tune_with_held_out_model(trained_store):
     seeds with spreads, trials to xgb's best per task and for the network, end-to-end latency."""
     import mlflow
 
-    from models.tuning_models import TuneError
+    from pipeline.tuning import TuneError
 
     root, over, db = trained_store
     name = f"{root.name}-heldout"  # named through config, as the documented command does
@@ -196,7 +196,7 @@ def test_tune_refuses_profiler_model_uri(trained_store):
 
 
 def test_report_curves_and_reach():
-    from models import tuning_report as R
+    from pipeline.tuning import report as R
 
     lat = {"xgb": [5.0, 4.0, None, 3.0], "ours": [4.0, 2.9, 3.5, 3.1], "random": [9.0, 8.0, 7.0, 6.0]}
     rows = [{"task": "T", "cost_model": cm, "seed": 0, "trial": i + 1, "batch": i // 2 + 1, "latency_s": v,
@@ -218,7 +218,7 @@ def test_report_curves_and_reach():
 
 def test_report_spread_over_seeds_and_network_rows():
     """Two seeds, two tasks of a network: spreads, reach per seed, the weighted network curve."""
-    from models import tuning_report as R
+    from pipeline.tuning import report as R
 
     # per (cost model, seed): latencies of task A and B in measurement order (A, B, A, B)
     lat = {("xgb", 0): [4.0, 2.0, 3.0, 1.0], ("xgb", 1): [5.0, 2.0, 4.0, 2.0],
@@ -255,7 +255,7 @@ def test_report_spread_over_seeds_and_network_rows():
 
 
 def test_report_markdown_and_files(tmp_path):
-    from models import tuning_report as R
+    from pipeline.tuning import report as R
 
     trials = pd.DataFrame([{"task": "T", "cost_model": cm, "seed": 0, "trial": i + 1, "batch": 1,
                             "latency_s": v, "elapsed_s": float(i)}
@@ -281,21 +281,23 @@ def test_report_markdown_and_files(tmp_path):
 def test_cost_model_kinds():
     from tvm.s_tir import meta_schedule as ms
 
-    from models import tuning_models
+    from pipeline.tuning import TuneError
+    from pipeline.tuning import kinds as tuning_kinds
 
-    assert isinstance(tuning_models.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
-    assert isinstance(tuning_models.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
-    with pytest.raises(tuning_models.TuneError,
+    assert isinstance(tuning_kinds.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
+    assert isinstance(tuning_kinds.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
+    with pytest.raises(TuneError,
                        match=r"unknown \['catboost'\]; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
-        tuning_models.create("catboost", seed=0, threads=1)
-    for kind in tuning_models.OURS:
-        with pytest.raises(tuning_models.TuneError, match=f"`{kind}` needs the loaded pipeline model"):
-            tuning_models.create(kind, seed=0, threads=1)
+        tuning_kinds.create("catboost", seed=0, threads=1)
+    for kind in tuning_kinds.OURS:
+        with pytest.raises(TuneError, match=f"`{kind}` needs the loaded pipeline model"):
+            tuning_kinds.create(kind, seed=0, threads=1)
 
 
 def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
     """The loop's bookkeeping, with a stand-in for what is tuned (real tuning: the tiny tune above)."""
-    from pipeline.tuning import RunResult, Setup, StrategyConfig, compare
+    from pipeline.tuning.comparison import RunResult, Setup, compare
+    from pipeline.tuning.runs import StrategyConfig
 
     class Item:
         name = "net"
@@ -341,7 +343,8 @@ def test_finished_runs_kept_in_a_results_folder_go_on_from_another_work_folder(t
     """tune.results: every finished run's result.json is kept in a second folder (one a
     repository commits); a comparison with an empty work folder (another machine) reuses
     them and tunes only the rest. The pipeline's model runs in folders named after it."""
-    from pipeline.tuning import RunResult, Setup, StrategyConfig, compare
+    from pipeline.tuning.comparison import RunResult, Setup, compare
+    from pipeline.tuning.runs import StrategyConfig
 
     calls = []
 
@@ -372,8 +375,8 @@ def test_finished_runs_kept_in_a_results_folder_go_on_from_another_work_folder(t
 
 
 def test_heaviest_tasks_by_weight_times_flops():
-    from pipeline.tuning import TirTask
-    from pipeline.tuning_tasks import heaviest
+    from pipeline.tuning.comparison import TirTask
+    from pipeline.tuning.tasks import heaviest
 
     tasks = [TirTask("a", None, 1e9, 1), TirTask("b", None, 1e8, 20), TirTask("c", None, float("nan"), 9),
              TirTask("d", None, 5e8, 3)]
@@ -381,7 +384,8 @@ def test_heaviest_tasks_by_weight_times_flops():
 
 
 def test_held_out_check_reads_the_training_split(collected_workspace):
-    from models.tuning_models import TuneError, held_out
+    from pipeline.tuning import TuneError
+    from pipeline.tuning.kinds import held_out
     from pipeline.core import schema as S
     from pipeline.core.workspace import read_table
 
@@ -406,7 +410,7 @@ def test_held_out_check_reads_the_training_split(collected_workspace):
 
 
 def test_warmup_note_and_the_documented_comparison():
-    from models.tuning_models import COMPARISON_COMMAND, warmup_note
+    from pipeline.tuning.kinds import COMPARISON_COMMAND, warmup_note
 
     assert warmup_note(["ours", "random"], 8, 100) is None  # no xgb: nothing claimed about it
     assert warmup_note(["ours", "xgb"], 640, 100) is None

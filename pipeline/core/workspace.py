@@ -26,7 +26,6 @@ from typing import Iterable, Iterator, Sequence
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 

@@ -1,11 +1,11 @@
 """stage=tune: the trained cost model inside MetaSchedule, against MetaSchedule's own models.
 
-Every cost model of `tune.cost_models` (models/tuning_models.py: ours, ours_update, xgb,
-mlp, random) tunes the same tasks with the same trial budget, seeds, search strategy,
-builder and runner, on the workspace's target. What is tuned (`tune.tasks`,
-pipeline/tuning_tasks.py): the workspace's first tasks, the operator suite, or the heaviest
+Every cost model of `tune.cost_models` (pipeline/tuning/kinds.py: ours, ours_update,
+ours_adapt, xgb, mlp, random) tunes the same tasks with the same trial budget, seeds, search
+strategy, builder and runner, on the workspace's target. What is tuned (`tune.tasks`,
+pipeline/tuning/tasks.py): the workspace's first tasks, the operator suite, or the heaviest
 tasks of a zoo network, tuned jointly and then timed end to end. The loop is
-pipeline/tuning.py's `compare`, the report models/tuning_report.py's `write`. The report
+pipeline/tuning/comparison.py's `compare`, the report pipeline/tuning/report.py's `write`. The report
 says whether `ours` was trained on a tuned task (`tune.require_held_out=true` refuses such a
 model) and, when the budget is below XGBModel's warm-up, that it is not a comparison.
 
@@ -34,13 +34,18 @@ from pathlib import Path
 import pandas as pd
 from omegaconf import OmegaConf
 
-from models import tracking, tuning_models, tuning_report
-from models.tuning_models import TuneError  # noqa: F401 - the stage's error, importable from here
-from pipeline import tuning, tuning_tasks
+from models import tracking
 from pipeline.core import executor, identity
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
-from pipeline.tuning import SCHEDULERS, Network
+from pipeline.tuning import TuneError
+from pipeline.tuning import comparison
+from pipeline.tuning import kinds as tuning_kinds
+from pipeline.tuning import report as tuning_report
+from pipeline.tuning import tasks as tuning_tasks
+from pipeline.tuning.comparison import Network
+from pipeline.tuning.remote import Remote
+from pipeline.tuning.runs import SCHEDULERS
 
 log = logging.getLogger(__name__)
 
@@ -64,27 +69,27 @@ def _check(t) -> None:
 
 def run(cfg) -> dict:
     t = cfg.tune
-    kinds = tuning_models.check_kinds([str(n) for n in t.cost_models])
+    kinds = tuning_kinds.check_kinds([str(n) for n in t.cost_models])
     _check(t)
     ws = Workspace.from_cfg(cfg)
     items, target = tuning_tasks.choose(cfg, ws)
     tasks = [task for item in items for task in item.tasks]
-    ours, ours_uri = tuning_models.load_ours(cfg) if set(kinds) & set(tuning_models.OURS) else (None, None)
+    ours, ours_uri = tuning_kinds.load_ours(cfg) if set(kinds) & set(tuning_kinds.OURS) else (None, None)
     notes = []
     if ours is not None:
-        held = tuning_models.held_out(ours.info, {x.name: identity.task_id(x.mod) for x in tasks},
+        held = tuning_kinds.held_out(ours.info, {x.name: identity.task_id(x.mod) for x in tasks},
                                       require=bool(t.require_held_out))
         log.info("%s", held.text)
         notes.append(held.text)
     # one XGBModel serves all of a network's tuned tasks; a task tuned on its own gets its own
     seen_by_xgb = min(int(t.trials) * (len(item.tasks) if isinstance(item, Network) else 1) for item in items)
-    caveat = tuning_models.warmup_note(kinds, seen_by_xgb, int(t.xgb_warmup))
+    caveat = tuning_kinds.warmup_note(kinds, seen_by_xgb, int(t.xgb_warmup))
     if caveat:
         log.warning("%s", caveat)
     ex = executor.create(cfg)
     # on a cluster every node builds with its own cores; here, with cfg.jobs of them (0 = all)
     threads = int(cfg.jobs) or os.cpu_count() or 1
-    spec = tuning.setup_spec(t, target, threads if ex.runs_here else 0)
+    spec = comparison.setup_spec(t, target, threads if ex.runs_here else 0)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     options = OmegaConf.to_container(t, resolve=True)
     # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
@@ -93,7 +98,7 @@ def run(cfg) -> dict:
     key = _digest([settings, str(target), [x.name for x in tasks]])
     model_tag = _digest([str(ours_uri), str(info.get("run_id")), str(info.get("version")),
                          {k: options.get(k) for k in OURS_OPTIONS}])[:8]
-    labels = {k: f"{k}-{model_tag}" for k in tuning_models.OURS} if ours is not None else {}
+    labels = {k: f"{k}-{model_tag}" for k in tuning_kinds.OURS} if ours is not None else {}
     results = Path(str(t.results)) / ws.name / key if t.get("results") else None
     work = ws.root / "tune" / key
 
@@ -105,22 +110,22 @@ def run(cfg) -> dict:
         if done["trials"]:
             write_part(stamped(pd.DataFrame(done["trials"])), S.TUNE_TRIALS, ws.root / "tune_trials")
 
-    run_args = dict(drop_on_failure=tuning_models.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=finished)
+    run_args = dict(drop_on_failure=tuning_kinds.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=finished)
     try:
         if ex.runs_here:
-            setup = replace(tuning.make_setup(spec, work), labels=labels, results=results)
+            setup = replace(comparison.make_setup(spec, work), labels=labels, results=results)
             try:
-                result = tuning.compare(
+                result = comparison.compare(
                     items, kinds, [int(s) for s in t.seeds],
-                    tuning.cost_models(ours=ours, threads=threads, xgb_warmup=int(t.xgb_warmup)), setup,
-                    before_first=lambda: tuning.warm_up_for(setup, tasks), **run_args)
+                    comparison.cost_models(ours=ours, threads=threads, xgb_warmup=int(t.xgb_warmup)), setup,
+                    before_first=lambda: comparison.warm_up_for(setup, tasks), **run_args)
             finally:
                 setup.builder.close()
         else:
-            remote = tuning.Remote.create(ex, spec, ours=ours, kinds=kinds, xgb_warmup=int(t.xgb_warmup))
-            setup = tuning.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work, labels=labels,
+            remote = Remote.create(ex, spec, ours=ours, kinds=kinds, xgb_warmup=int(t.xgb_warmup))
+            setup = comparison.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work, labels=labels,
                                  results=results)
-            result = tuning.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
+            result = comparison.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
     finally:
         ex.close()
     end_to_end = result.end_to_end
@@ -139,12 +144,12 @@ def run(cfg) -> dict:
         heading=f"{ws.name}, {scope}, {t.trials} trials per task, seeds {list(t.seeds)}",
         curves_title=f"{ws.name}: best latency vs trials ({t.trials} per task, seeds {list(t.seeds)})",
         flops={x.name: x.flops for x in tasks}, weights={x.name: x.weight for x in tasks}, network=network,
-        ours_uri=ours_uri, baseline=tuning_models.BASELINE, tolerance=float(t.reach_tolerance),
+        ours_uri=ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
         caveat=caveat, notes=notes)
     print("\n" + report.text)
     run_id = tracking.log_tune_run(
         cfg, files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
-        end_to_end=end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_models.BASELINE,
+        end_to_end=end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
         tags={"workspace": cfg.workspace, "workspace_path": str(ws.root), "tune.tasks": str(network or kind),
               "ours_uri": str(ours_uri or ""), "ours_run_id": str(info.get("run_id") or ""),
               "ours_model": str(info.get("model") or ""), "ours_version": str(info.get("version") or ""),
@@ -154,7 +159,7 @@ def run(cfg) -> dict:
            "trials": int(len(trials)), "reused_runs": result.reused, "report": str(report.files["report_md"]),
            "mlflow_run": run_id}
     summary = report.summary
-    speedup = f"speedup_vs_{tuning_models.BASELINE}"
+    speedup = f"speedup_vs_{tuning_kinds.BASELINE}"
     if len(summary) and "ours" in set(summary["cost_model"]):
         o = summary[(summary["cost_model"] == "ours") & (summary["task"] != tuning_report.network_label(network))] \
             if network else summary[summary["cost_model"] == "ours"]

@@ -217,7 +217,7 @@ class Replayer:
             return
         if loop is None:
             if ann in _THREAD_TAGS and self.bind_threads:
-                raise ReplayError(f"thread binding of a unit iterator of an attached stage")
+                raise ReplayError("thread binding of a unit iterator of an attached stage")
             return  # unroll/vectorize/parallel of a unit loop: nothing to do
         if ann == _UNROLL:
             self.sch.unroll(loop)

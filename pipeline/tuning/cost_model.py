@@ -1,6 +1,6 @@
 """A cost model trained by this pipeline, as a MetaSchedule cost model.
 
-    from models.adapter import PipelineCostModel
+    from pipeline.tuning.cost_model import PipelineCostModel
     cm = PipelineCostModel.from_pretrained("zoo_ops-llvm-epyc2-v1-mlp-all")  # a released model
     cm = PipelineCostModel.from_uri("models:/ops-llvm-cost-model@best-static")  # or .from_path(folder)
     ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm)
@@ -39,7 +39,7 @@ import logging
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
@@ -50,21 +50,18 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model import PyCostModel
 from tvm.s_tir.meta_schedule.utils import shash2hex
 
-from features import static, task_context
-from features.task_context import COLUMNS as TASK_COLUMNS
+from features import task_context
+from features.candidates import feature_plan, model_inputs, pack
 from models import pyfunc, registry, tracking
 from models.base import CostModel, FeatureSpec
 from models.residual import SessionResidual, record_rows
-from models.tables import TrainingTable, build_table
+from models.tables import TrainingTable, concat_tables, restricted_table
 from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.tvm_compat import preload_tensor_intrin
-from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-STATIC = "static."
-N_STORES = "n_stores"
 FAILED_COST = 1e10  # MetaSchedule's run time of a failed candidate
 EPS = 1e-3
 MS_XGB = "ms_xgb"
@@ -73,116 +70,6 @@ UPDATE_MODES = ("auto", "union", "continue", "residual")
 
 class TargetKindError(ValueError):
     """A model asked to score programs of a target kind it was not trained on."""
-
-
-class FeatureMismatchError(ValueError):
-    """The model needs inputs that MetaSchedule cannot give for an unmeasured candidate."""
-
-
-# ----------------------------------------------------------------------------- features
-
-
-@dataclass(frozen=True)
-class FeaturePlan:
-    """How to rebuild a model's input columns from PerStoreFeature rows.
-
-    record_kind[i]: 0 = aggregate (its `<agg>.<feature>` name in features.static.aggregate's
-    output: aggregate_keys, in the order of these columns), 1 = n_stores, 2 = not computable
-    without a build (NaN), 3 = the task's context (features.task_context, from the workload).
-    store_index: position in the 164-vector of each store column."""
-
-    columns: tuple[str, ...]
-    record_kind: np.ndarray
-    aggregate_keys: tuple[str, ...]
-    store_columns: tuple[str, ...]
-    store_index: np.ndarray
-    needs_build: tuple[str, ...] = ()
-
-
-def feature_plan(spec: FeatureSpec, source: str = "the model") -> FeaturePlan:
-    """Check that every input of `spec` can be computed from a schedule alone; say how.
-
-    Raises FeatureMismatchError naming the offending columns otherwise."""
-    names = {n: i for i, n in enumerate(S.PER_STORE_FEATURE_NAMES)}
-    aggs = {a: i for i, a in enumerate(S.STATIC_AGGREGATES)}
-    not_static = [c for c in spec.columns if not c.startswith(STATIC) and c not in TASK_COLUMNS]
-    if spec.feature_set != "static" or not_static:
-        raise FeatureMismatchError(
-            f"{source} was trained on features={spec.feature_set!r}"
-            + (f" ({len(not_static)} non-static column(s), e.g. {not_static[:3]})" if not_static else "")
-            + ". Profiler counters exist only after a kernel has run, so MetaSchedule cannot supply them "
-            "for the unmeasured candidates it asks a cost model to rank. Use a model trained on static "
-            "features: the registered alias `best-static` (models:/<workspace>-cost-model@best-static), or "
-            "train one with `python -m pipeline stage=train features=static`.")
-    kind, keys, build = [], [], []
-    for c in spec.columns:
-        rest = c[len(STATIC):]
-        a, _, f = rest.partition(".")
-        if c in TASK_COLUMNS:
-            kind.append(3)
-        elif rest == N_STORES:
-            kind.append(1)
-        elif a in aggs and f in names:
-            kind.append(0)
-            keys.append(rest)
-        elif a == "cuda":
-            # Build-time resources (ptxas): known only after compiling the candidate.
-            kind.append(2)
-            build.append(c)
-        else:
-            raise FeatureMismatchError(f"{source}: column {c!r} is not a PerStoreFeature aggregate "
-                                       f"(<{'|'.join(S.STATIC_AGGREGATES)}>.<feature>) nor {STATIC}{N_STORES}")
-    bad = [c for c in spec.store_columns if c not in names]
-    if bad:
-        raise FeatureMismatchError(f"{source}: per-store column(s) {bad[:5]} are not PerStoreFeature values "
-                                   f"(pipeline/core/schema.py PER_STORE_FEATURE_NAMES)")
-    if build:
-        log.warning("%s uses %d build-time column(s) (%s...): unknown before a candidate is compiled, given "
-                    "as missing values; train with features.exclude='[^cuda\\.]' to avoid them",
-                    source, len(build), build[0])
-    return FeaturePlan(tuple(spec.columns), np.asarray(kind, np.int8), tuple(keys), tuple(spec.store_columns),
-                       np.asarray([names[c] for c in spec.store_columns], np.int64), tuple(build))
-
-
-def pack(per_store: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-candidate [n_i, 164] matrices -> (all store rows, offsets [n+1])."""
-    counts = np.asarray([len(x) for x in per_store], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    width = len(S.PER_STORE_FEATURE_NAMES)
-    rows = [np.asarray(x, np.float32).reshape(-1, width) for x in per_store if len(x)]
-    stores = np.concatenate(rows) if rows else np.zeros((0, width), np.float32)
-    return stores, offsets
-
-
-def aggregate_rows(stores: np.ndarray, offsets: np.ndarray, keys: tuple[str, ...]) -> np.ndarray:
-    """[n, len(keys)] float64: the program-level values `keys` (`<agg>.<feature>`) of each
-    candidate's stores, as stage=collect computes them (features.static.aggregate); NaN for a
-    candidate without stores."""
-    out = np.full((len(offsets) - 1, len(keys)), np.nan)
-    for i in range(len(offsets) - 1 if keys else 0):
-        values = static.aggregate(stores[offsets[i]:offsets[i + 1]])
-        if values:
-            out[i] = [values[k] for k in keys]
-    return out
-
-
-def model_inputs(per_store: list[np.ndarray], plan: FeaturePlan, task: dict | list[dict] | None = None):
-    """(record matrix float32, store rows in the model's column order, offsets) for candidates;
-    `task`: the context of their task (features.task_context.of_mod), or one per candidate."""
-    stores, offsets = pack(per_store)
-    n = len(per_store)
-    records = np.full((n, len(plan.columns)), np.nan, np.float32)
-    if len(plan.columns):
-        k = plan.record_kind
-        records[:, np.flatnonzero(k == 0)] = aggregate_rows(stores, offsets, plan.aggregate_keys).astype(np.float32)
-        records[:, np.flatnonzero(k == 1)] = np.diff(offsets)[:, None].astype(np.float32)
-        cols = np.flatnonzero(k == 3)
-        if len(cols) and task is not None:
-            rows = [task] * n if isinstance(task, dict) else task
-            records[:, cols] = np.asarray([[r.get(plan.columns[c], np.nan) for c in cols] for r in rows], np.float32)
-    if plan.store_columns:
-        return records, stores[:, plan.store_index], offsets
-    return records, None, None
 
 
 def positive_scores(raw: np.ndarray, calibrated: bool) -> np.ndarray:
@@ -203,37 +90,6 @@ def run_cost(result) -> float:
     if result is None or getattr(result, "error_msg", None) or not secs:
         return FAILED_COST
     return float(np.median([float(s) for s in secs]))
-
-
-# ----------------------------------------------------------------------------- sources
-
-
-def load_training_table(workspace: str | Path, spec: FeatureSpec, exclude_tasks=()):
-    """The workspace's training table restricted to `spec`'s columns and without the records of
-    `exclude_tasks` (the model's held-out test tasks: a refit must not learn what the model
-    was not trained on), or None with the reason."""
-    root = Path(workspace)
-    if not root.exists():
-        return None, f"workspace {root} is not on this machine"
-    try:
-        table = build_table(Workspace(root), spec.feature_set)
-    except Exception as e:  # noqa: BLE001 - an unusable workspace only disables the union mode
-        return None, f"{type(e).__name__}: {e}"
-    missing = [c for c in [*spec.columns, *spec.store_columns]
-               if c not in table.frame.columns and c not in table.spec.store_columns]
-    if missing:
-        return None, f"workspace {root} lacks {len(missing)} of the model's columns, e.g. {missing[:3]}"
-    idx = [table.spec.store_columns.index(c) for c in spec.store_columns]
-    stores = table.stores[:, idx] if table.stores is not None and idx else None
-    keep = ["record_id", "task_id", "label", *spec.columns]
-    table = replace(table, frame=table.frame[keep].copy(), spec=spec, stores=stores,
-                    offsets=table.offsets if stores is not None else None)
-    if exclude_tasks:
-        table = table.take(np.flatnonzero(~table.frame["task_id"].isin(set(exclude_tasks)).to_numpy()))
-    return table, ""
-
-
-# ----------------------------------------------------------------------------- the adapter
 
 
 @dataclass
@@ -327,20 +183,12 @@ class PipelineCostModel(PyCostModel):
         carries both (`workspace_path`, `split`, `test_tasks`)."""
         if tracking_uri:
             mlflow.set_tracking_uri(tracking_uri)
-        run_id, name, version = tracking.uri_run(uri)
-        info = {"uri": uri, "run_id": run_id, "registered_model": name, "version": version}
-        if run_id:
-            run = mlflow.get_run(run_id)
-            tags = run.data.tags
-            info.update({k: tags.get(k) for k in ("model", "features", "split", "workspace", "workspace_path")})
-            if tags.get("features") and tags["features"] != "static":
-                feature_plan(FeatureSpec(tags["features"]), uri)  # refuses before the download
-            if tags.get("workspace_path"):
-                kwargs.setdefault("train_data", tags["workspace_path"])
-            split = tracking.split_of_run(run_id)
-            info["split_known"] = bool(split)
-            info["test_tasks"] = list(split.get("test_tasks") or [])
-            info["test_networks"] = list(split.get("test_networks") or [])
+        info = tracking.model_source(uri)
+        if info.get("features") and info["features"] != "static":
+            feature_plan(FeatureSpec(info["features"]), uri)  # refuses before the download
+        if info.get("workspace_path"):
+            kwargs.setdefault("train_data", info["workspace_path"])
+        if info.get("run_id"):
             kwargs.setdefault("exclude_tasks", info["test_tasks"])
         model = pyfunc.load_cost_model(uri)
         kwargs.setdefault("source", uri)
@@ -536,7 +384,7 @@ class PipelineCostModel(PyCostModel):
     def training_table(self):
         """The training table of the union mode (None when it is not usable here), read once."""
         if self._train_table is None and self.train_data:
-            self._train_table, why = load_training_table(self.train_data, self.model.spec, self.exclude_tasks)
+            self._train_table, why = restricted_table(self.train_data, self.model.spec, self.exclude_tasks)
             if self._train_table is None:
                 log.warning("online update: the training data is not usable (%s): continuing from the model", why)
                 self.train_data = None
@@ -559,7 +407,7 @@ class PipelineCostModel(PyCostModel):
         if mode == "union":
             # the same class and hyperparameters, trained from scratch (no validation part)
             fresh = self.model.clone()
-            both = _concat_tables(base, session)
+            both = concat_tables(base, session)
             fresh.fit(both, both.take(np.zeros(0, np.int64)))
             self.model = fresh
         else:
@@ -588,15 +436,3 @@ class PipelineCostModel(PyCostModel):
         log.info("cost model refit %d (%s): %d session + %d training records in %.1f s", self.n_refits, mode,
                  session, train, entry["seconds"])
         return entry
-
-
-# ----------------------------------------------------------------------------- refitting
-
-
-def _concat_tables(a, b):
-    frame = pd.concat([a.frame, b.frame[a.frame.columns]], ignore_index=True)
-    if a.stores is None:
-        return replace(a, frame=frame, stores=None, offsets=None)
-    stores = np.concatenate([a.stores, b.stores])
-    offsets = np.concatenate([a.offsets, a.offsets[-1] + b.offsets[1:]])
-    return replace(a, frame=frame, stores=stores, offsets=offsets)

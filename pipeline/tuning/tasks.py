@@ -16,12 +16,12 @@ import pandas as pd
 from omegaconf import OmegaConf
 from tvm.s_tir import meta_schedule as ms
 
-from models.tuning_models import TuneError
 from pipeline.core import database as D
 from pipeline.core import schema as S
 from pipeline.core.targets import make_target, target_dict
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
-from pipeline.tuning import Network, TirTask
+from pipeline.tuning import TuneError
+from pipeline.tuning.comparison import Network, TirTask
 from pipeline.workloads import flops_of, networks, ops, zoo
 
 

@@ -1,6 +1,6 @@
 """The cost models of a tuning comparison (stage=tune), made by kind: `create(kind, ...)`.
 
-  ours         the pipeline's model through models.adapter.PipelineCostModel (`load_ours`:
+  ours         the pipeline's model through pipeline.tuning.cost_model.PipelineCostModel (`load_ours`:
                the run's `tune.model_uri`, by default the registered model at alias `best`,
                or `best-static` when `best` was trained on features MetaSchedule cannot
                give); it refits online only with `tune.costmodel.update=true`
@@ -29,19 +29,20 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.cost_model.mlp_model import MLPModel
 
-from dataclasses import dataclass
-from pathlib import Path
-
 from models import tracking
-from models.adapter import FeatureMismatchError, PipelineCostModel
+from features.candidates import FeatureMismatchError
 from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
 from pipeline.core.workspace import Workspace, read_table
+from pipeline.tuning import TuneError
+from pipeline.tuning.cost_model import PipelineCostModel
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ OURS = ("ours", "ours_update", "ours_adapt")
 COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.release=zoo_ops-llvm-epyc2-v1 budget=transfer "
                       "tune.tasks=resnet18 tune.model_uri=pretrained:zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4_task-without-resnet18 "
                       "tune.require_held_out=true")
-
-
-class TuneError(PipelineError):
-    pass
 
 
 def _ours(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:

@@ -1,0 +1,295 @@
+"""The comparison: every item (a TIR task or a network) tuned with every cost-model kind and
+seed, on one shared builder (`PersistentBuilder`, pipeline/core/builder.py) and runner.
+
+What is tuned is a `TirTask` (tune_tir) or a `Network`: some of its tasks (the heaviest)
+tuned jointly as the network calls them (MetaSchedule's task scheduler, weights = calls),
+then the whole network compiled with the tuning database and timed end to end. `compare`
+returns the trial, run and end-to-end tables (pipeline/tuning/report.py turns them into the
+report). Each finished run is kept in its work folder (`result.json`): a comparison cut
+short (hours of tuning) is run again with the same command and only its missing runs are
+tuned. On a cluster the runs go out as jobs (pipeline/tuning/remote.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import pandas as pd
+from tvm.s_tir import meta_schedule as ms
+
+from pipeline.core.builder import PersistentBuilder
+from pipeline.core.progress import progress
+from pipeline.core.workspace import atomic_write_bytes
+from pipeline.tuning import kinds as tuning_kinds
+from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
+                                  tune_task, warm_up)
+
+if TYPE_CHECKING:
+    from pipeline.tuning.remote import Remote
+
+log = logging.getLogger(__name__)
+
+
+def run_folder(name: str, kind: str, seed: int) -> str:
+    """A run's work folder under the comparison's (`Setup.work`)."""
+    return f"{name}/{kind}-s{seed}"
+
+
+@dataclass
+class Setup:
+    """What every tuning run of a comparison shares."""
+
+    target: object  # tvm.target.Target
+    trials: int  # per task
+    per_iter: int
+    strategy: StrategyConfig
+    builder: object
+    runner: object
+    threads: int
+    work: Path  # MetaSchedule work dirs go to <work>/<name>/<cost model>-s<seed>
+    evaluator: dict = field(default_factory=dict)  # number, repeat, min_repeat_ms of the runner (end to end)
+    scheduler: str = "gradient"  # a network's task scheduler
+    # a kind's folder name where it is not the kind (the pipeline's model: kind and model, so
+    # that the runs of MetaSchedule's own models are reused whichever model `ours` is)
+    labels: dict = field(default_factory=dict)
+    # a second home for each finished run's result.json (<results>/<run folder>/result.json),
+    # which a repository can keep: a run found there is not tuned again
+    results: Path | None = None
+
+    def folder(self, name: str, kind: str, seed: int) -> str:
+        return run_folder(name, self.labels.get(kind, kind), seed)
+
+
+def setup_spec(tune, target, threads: int) -> dict:
+    """The settings of a comparison's builder, runner and search, as plain data (`tune`: the
+    `tune` config), from which this machine or a cluster node makes its `Setup`; `threads`
+    0 = the cores of the machine that tunes."""
+    r = tune.runner
+    return {"target": target, "trials": int(tune.trials), "per_iter": int(tune.per_iter),
+            "strategy": {k: (dict(v) if hasattr(v, "keys") else v) for k, v in tune.strategy.items()},
+            "builder_timeout_s": float(tune.builder_timeout_s), "threads": int(threads),
+            "scheduler": str(tune.task_scheduler),
+            "runner": {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms),
+                       "timeout_s": float(r.timeout_s), "cpu_cache_flush": bool(r.cpu_cache_flush)}}
+
+
+def make_setup(spec: dict, work: Path) -> Setup:
+    """This machine's builder (its cores) and runner for the settings of `setup_spec`."""
+    threads = int(spec["threads"]) or os.cpu_count() or 1
+    r = spec["runner"]
+    evaluator = {"number": r["number"], "repeat": r["repeat"], "min_repeat_ms": r["min_repeat_ms"]}
+    builder = PersistentBuilder(max_workers=threads, timeout_sec=float(spec["builder_timeout_s"]))
+    runner = ms.runner.LocalRunner(timeout_sec=float(r["timeout_s"]), evaluator_config=ms.runner.EvaluatorConfig(
+        **evaluator, enable_cpu_cache_flush=bool(r["cpu_cache_flush"])))
+    return Setup(spec["target"], int(spec["trials"]), int(spec["per_iter"]), StrategyConfig(**spec["strategy"]),
+                 builder, runner, threads, Path(work), evaluator, str(spec["scheduler"]))
+
+
+def warm_up_for(setup: "Setup", tasks: list) -> None:
+    """`warm_up` with the lightest of `tasks` (an unknown FLOP count counts as heaviest), logged."""
+    lightest = min(tasks, key=lambda x: x.flops if x.flops == x.flops else float("inf"))  # NaN: unknown
+    log.info("warm-up (imports, build and run workers): %.1f s",
+             warm_up(setup.builder, setup.runner, lightest.mod, setup.target))
+
+
+def cost_models(*, ours, threads: int, xgb_warmup: int) -> Callable[[str, int], object]:
+    """`make_cost_model(kind, seed)` for `compare`: a fresh model of each kind per run."""
+    def make(kind: str, seed: int):
+        return tuning_kinds.create(kind, seed=seed, threads=threads, ours=ours, xgb_warmup=xgb_warmup)
+    return make
+
+
+@dataclass
+class RunResult:
+    trials: list[dict]  # Trial rows, `task` naming the tuned task
+    wall_s: float
+    end_to_end: dict | None = None  # a network's e2e_latency_ms, tuning_min, trials
+
+
+@dataclass
+class TirTask:
+    """One TIR task, tuned on its own (tune_tir)."""
+
+    name: str
+    mod: object  # tvm.IRModule with a `main` PrimFunc
+    flops: float = float("nan")
+    weight: int = 1
+
+    @property
+    def tasks(self) -> list["TirTask"]:
+        return [self]
+
+    def tune(self, cost_model, seed: int, setup: Setup, work_dir: str) -> RunResult:
+        got, wall, _ = tune_task(self.mod, setup.target, work_dir, cost_model=cost_model, trials=setup.trials,
+                                 per_iter=setup.per_iter, seed=seed, strategy=setup.strategy, builder=setup.builder,
+                                 runner=setup.runner, num_threads=setup.threads)
+        return RunResult([{**asdict(t), "task": self.name} for t in got], wall)
+
+
+@dataclass
+class Network:
+    """A Relax network (weights bound): `tasks` (some of its extracted tasks, `extracted` in the
+    same order) are tuned jointly as the network calls them, then the whole network is
+    compiled with the tuning database and timed on its example inputs."""
+
+    name: str
+    mod: object  # tvm.IRModule (Relax)
+    inputs: list  # numpy arrays
+    tasks: list[TirTask]  # the tuned tasks (name, flops, weight = calls; mod = the first dispatched)
+    extracted: list = field(default_factory=list)  # their ms.ExtractedTask
+    n_tasks: int = 0  # tasks of the whole network
+
+    def tune(self, cost_model, seed: int, setup: Setup, work_dir: str) -> RunResult:
+        got, wall, db = tune_network_tasks(self.extracted, setup.target, work_dir, cost_model=cost_model,
+                                           trials_per_task=setup.trials, per_iter=setup.per_iter, seed=seed,
+                                           strategy=setup.strategy, builder=setup.builder, runner=setup.runner,
+                                           num_threads=setup.threads, scheduler=setup.scheduler)
+        t0 = time.perf_counter()
+        latency = network_latency(db, self.mod, setup.target, self.inputs, **setup.evaluator)
+        return RunResult([asdict(t) for t in got], wall,
+                         {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got),
+                          "tuned_tasks": len(self.tasks), "e2e_s": time.perf_counter() - t0})
+
+    def untuned(self, setup: Setup) -> dict:
+        """The end-to-end row of the network without any tuning record (default schedules)."""
+        latency = network_latency(ms.database.MemoryDatabase(), self.mod, setup.target, self.inputs,
+                                  **setup.evaluator)
+        return {"network": self.name, "cost_model": "untuned", "seed": -1, "e2e_latency_ms": latency * 1e3,
+                "tuning_min": 0.0, "trials": 0, "tuned_tasks": 0}
+
+
+@dataclass
+class Comparison:
+    trials: pd.DataFrame  # one row per trial: Trial's columns, cost_model, seed
+    runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, refits, error
+    end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials, ...
+    dropped: dict  # cost model -> the error that dropped it
+    reused: int = 0  # runs taken from an earlier, interrupted invocation
+
+
+def _save_run(path: Path, run: dict) -> None:
+    atomic_write_bytes(path, json.dumps(run, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
+
+
+def _error_text(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
+
+
+def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], object], setup: Setup,
+             work_dir: Path) -> dict:
+    """One tuning run of `item` with a fresh cost model of `kind`: {"row", "trials",
+    "end_to_end"}; a failure is the row's `error` (with no trials), never an exception."""
+    row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
+           "error": None, "host": socket.gethostname()}
+    run_trials, net = [], None
+    log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
+    try:
+        np.random.seed(seed)  # XGBModel's warm-up predictions draw from numpy's global generator
+        cost_model = make_cost_model(kind, seed)
+        result = item.tune(cost_model, seed, setup, str(work_dir))
+        row["wall_s"] = result.wall_s
+        row["refits"] = getattr(cost_model, "n_refits", None)  # online refits (PipelineCostModel keeps a count)
+        run_trials = [{**t, "cost_model": kind, "seed": seed} for t in result.trials]
+        if result.end_to_end is not None:
+            net = {"network": item.name, "cost_model": kind, "seed": seed, **result.end_to_end}
+    except Exception as e:  # noqa: BLE001 - one failing cost model is a row, not a crash
+        if INTERRUPTED.is_set():  # a Ctrl-C that MetaSchedule turned into an error: not the run's result
+            raise KeyboardInterrupt from e
+        row["error"] = _error_text(e)
+        log.error("tune %s with %s failed: %s", item.name, kind, row["error"], exc_info=True)
+    if INTERRUPTED.is_set():  # its labels may come from runner workers the Ctrl-C killed: never kept
+        raise KeyboardInterrupt
+    return {"row": row, "trials": run_trials, "end_to_end": net}
+
+
+def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
+            setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
+            before_first: Callable[[], None] | None = None, remote: Remote | None = None,
+            on_finished: Callable[[dict], None] | None = None) -> Comparison:
+    """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
+    network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
+
+    A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
+    its first failure (on a cluster, where runs go out at once, its other runs still come
+    back as rows). A run whose `result.json` is in its work folder under `setup.work`
+    (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
+    without one starts from an empty folder (a run cut short leaves a partial database that
+    would seed its search). `before_first()` runs once, before the first run that tunes here
+    (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
+    (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
+    `on_finished(done)` is called with each run that finishes without error, once it is saved."""
+    trials, runs, e2e, dropped, reused = [], [], [], {}, 0
+    todo = []
+    for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
+        work_dir = setup.work / setup.folder(item.name, kind, seed)
+        saved = work_dir / "result.json"
+        kept = setup.results / setup.folder(item.name, kind, seed) / "result.json" if setup.results else None
+        if reuse and not saved.is_file() and kept is not None and kept.is_file():
+            saved = kept
+        if reuse and saved.is_file():
+            done = json.loads(saved.read_text())
+            log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
+            runs.append(done["row"])
+            trials += done["trials"]
+            if done["end_to_end"] is not None:
+                e2e.append(done["end_to_end"])
+            reused += 1
+            continue
+        shutil.rmtree(work_dir, ignore_errors=True)
+        todo.append((item, seed, kind))
+
+    def keep(done: dict) -> None:
+        row = done["row"]
+        runs.append(row)
+        if row["error"] is None:
+            trials.extend(done["trials"])
+            if done["end_to_end"] is not None:
+                e2e.append(done["end_to_end"])
+            folder = setup.folder(row["task"], row["cost_model"], row["seed"])
+            _save_run(setup.work / folder / "result.json", done)
+            if setup.results is not None:
+                _save_run(setup.results / folder / "result.json", done)
+            if on_finished is not None:
+                on_finished(done)
+        elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
+            dropped[row["cost_model"]] = row["error"]
+            log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
+
+    networks = [item for item in items if isinstance(item, Network)]
+    untuned_rows = []
+    if remote is not None:
+        with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
+            for done in remote.run(todo, networks, setup):
+                bar.update(1)
+                if "untuned" not in done:
+                    keep(done)
+                elif done["untuned"] is not None:
+                    untuned_rows.append(done["untuned"])
+                else:
+                    log.error("timing %s untuned failed: %s", done["network"], done["error"])
+    else:
+        with stop_on_interrupt():  # Ctrl-C: the finished runs are saved, the one in progress is not
+            for item, seed, kind in progress(todo, desc="tune", unit="run"):
+                if kind in dropped:
+                    continue
+                if before_first is not None:
+                    before_first()
+                    before_first = None
+                keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / setup.folder(item.name, kind, seed)))
+            timed = {row["network"] for row in e2e}
+            untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
+            if INTERRUPTED.is_set():
+                raise KeyboardInterrupt
+    if e2e:
+        e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
+    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, reused)
