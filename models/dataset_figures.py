@@ -73,3 +73,23 @@ def write(ws, folder: Path | None = None) -> dict[str, Path]:
     if pairs is not None and len(pairs[0]):
         files["noise"] = plots.save(plots.label_noise(*pairs), folder / NOISE_PNG)
     return files
+
+
+def main(argv=None) -> int:
+    """`python -m models.dataset_figures WORKSPACE [--out FOLDER]`: the figures of a workspace
+    folder without running a stage (e.g. of a release's workspace)."""
+    import argparse
+
+    from pipeline.core.workspace import Workspace
+
+    ap = argparse.ArgumentParser(prog="python -m models.dataset_figures", description=__doc__.splitlines()[0])
+    ap.add_argument("workspace", type=Path, help="a workspace folder (<paths.data>/<workspace>)")
+    ap.add_argument("--out", type=Path, help="folder for the PNGs (default: the workspace's reports/)")
+    a = ap.parse_args(argv)
+    for what, path in write(Workspace(a.workspace), a.out).items():
+        print(f"{what}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
