@@ -14,6 +14,8 @@ from models.tables import usable_rows
 
 OVERVIEW_PNG = "dataset-overview.png"
 NOISE_PNG = "label-noise.png"
+# Tasks drawn in the overview (those with the most candidates): a TenSet workspace has thousands.
+MAX_TASKS = 60
 
 
 def _names(ws) -> pd.Series:
@@ -68,7 +70,9 @@ def write(ws, folder: Path | None = None) -> dict[str, Path]:
     files = {}
     table, latencies = per_task(ws)
     if len(table):
-        files["overview"] = plots.save(plots.dataset_overview(table, latencies), folder / OVERVIEW_PNG)
+        shown = table if len(table) <= MAX_TASKS else table.nlargest(MAX_TASKS, "candidates")
+        note = "" if len(shown) == len(table) else f" ({len(shown)} of {len(table)} tasks: most candidates)"
+        files["overview"] = plots.save(plots.dataset_overview(shown, latencies, note), folder / OVERVIEW_PNG)
     pairs = noise_pairs(ws)
     if pairs is not None and len(pairs[0]):
         files["noise"] = plots.save(plots.label_noise(*pairs), folder / NOISE_PNG)

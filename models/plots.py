@@ -164,10 +164,10 @@ def heldout_chart(table: pd.DataFrame, metric: str) -> Figure:
 
 # ---------------------------------------------------------------- a workspace's dataset
 
-def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame) -> Figure:
+def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame, note: str = "") -> Figure:
     """Three panels over tasks: candidates, failures (build, run, wrong output) and the
     spread of the measured latencies (a box per task, log scale): what a model learns from."""
-    fig = Figure(figsize=(11, max(3.0, 0.28 * len(per_task) + 1.4)))
+    fig = Figure(figsize=(11, max(3.0, 0.28 * len(per_task) + 1.4)), layout="constrained")
     ax_n, ax_f, ax_l = fig.subplots(1, 3, sharey=True)
     y = np.arange(len(per_task))[::-1]
     ax_n.barh(y, per_task["candidates"], color="tab:blue")
@@ -183,13 +183,12 @@ def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame) -> Figure:
     groups = [latencies.loc[latencies["task"] == t, "latency_s"].to_numpy() * 1e6 for t in per_task["task"]]
     have = [i for i, g in enumerate(groups) if len(g)]
     ax_l.boxplot([groups[i] for i in have], positions=y[have], vert=False, widths=0.6, showfliers=True,
-                 flierprops={"markersize": 2})
+                 flierprops={"markersize": 2}, manage_ticks=False)
     ax_l.set_xscale("log")
     ax_l.set_xlabel("latency (us), per candidate")
     for ax in (ax_n, ax_f, ax_l):
         ax.grid(axis="x", alpha=0.3)
-    fig.suptitle("dataset: candidates, failures and latency spread per task", fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(f"dataset: candidates, failures and latency spread per task{note}", fontsize=10)
     return fig
 
 
