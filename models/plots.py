@@ -94,24 +94,38 @@ def training_curve(info: dict, title: str) -> Figure | None:
     return fig
 
 
+def _interval(table: pd.DataFrame, metric: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean, lower, upper) of `metric`: [min, max] columns where the table has them, else the mean."""
+    v = table[metric].astype(float).to_numpy()
+    lo = table[f"{metric}_min"].astype(float).to_numpy() if f"{metric}_min" in table else v
+    hi = table[f"{metric}_max"].astype(float).to_numpy() if f"{metric}_max" in table else v
+    return v, np.fmin(lo, v), np.fmax(hi, v)
+
+
 def compare_chart(table: pd.DataFrame, metrics: list[str]) -> Figure:
-    """Grouped bars: one group per run (model/features/split), one bar per metric."""
+    """A dot per run (model/features/split) and metric at the mean, its bar the [min, max] over
+    the runs; a missing value is left out (and named in the title), never drawn as 0."""
     labels = table["run"].tolist()
     cols = [m for m in metrics if m in table.columns]
-    x = np.arange(len(labels))
-    w = 0.8 / max(len(cols), 1)
-    fig = Figure(figsize=(max(6, 0.6 * len(labels) * max(len(cols), 1) / 2), 5))
+    y = np.arange(len(labels))[::-1]
+    h = 0.8 / max(len(cols), 1)
+    fig = Figure(figsize=(7, max(3.0, 0.35 * len(labels) * max(len(cols), 1) / 2 + 1.5)))
     ax = fig.subplots()
-    ax.set_title("test part, per run (model/features/split); missing values drawn as 0", fontsize=9)
+    missing = []
     for i, m in enumerate(cols):
-        ax.bar(x + i * w - 0.4 + w / 2, table[m].astype(float).fillna(0).to_numpy(), w, label=m.replace("test_", ""))
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=40, ha="right", fontsize=7)
-    lo = min(0.0, float(np.nanmin(table[cols].astype(float).to_numpy()))) if cols and len(table) else 0.0
-    ax.set_ylim(lo - 0.05 if lo < 0 else 0, 1.05)
-    ax.axhline(0, color="black", lw=0.6)
-    ax.legend(fontsize=7, ncol=min(len(cols), 5), loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
-    ax.grid(axis="y", alpha=0.3)
+        v, lo, hi = _interval(table, m)
+        have = np.isfinite(v)
+        missing += [f"{r}: {m}" for r, ok in zip(labels, have) if not ok]
+        ax.errorbar(v[have], (y + 0.4 - h / 2 - i * h)[have], xerr=[(v - lo)[have], (hi - v)[have]],
+                    fmt="o", ms=4, capsize=2, label=m.replace("test_", ""))
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.axvline(0, color="black", lw=0.6)
+    ax.set_xlabel("test part: mean over runs, bars = [min, max]")
+    note = f"; no value (not drawn): {len(missing)}" if missing else ""
+    ax.set_title(f"per model/features/split{note}", fontsize=9)
+    ax.legend(fontsize=7, ncol=min(len(cols), 4), loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
 
@@ -144,5 +158,59 @@ def heldout_chart(table: pd.DataFrame, metric: str) -> Figure:
         ax.axvline(edge, color="grey", lw=0.4, alpha=0.5)
     ax.legend(fontsize=7, ncol=min(len(models), 4), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
     ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------- a workspace's dataset
+
+def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame, note: str = "") -> Figure:
+    """Three panels over tasks: candidates, failures (build, run, wrong output) and the
+    spread of the measured latencies (a box per task, log scale): what a model learns from."""
+    fig = Figure(figsize=(11, max(3.0, 0.28 * len(per_task) + 1.4)), layout="constrained")
+    ax_n, ax_f, ax_l = fig.subplots(1, 3, sharey=True)
+    y = np.arange(len(per_task))[::-1]
+    ax_n.barh(y, per_task["candidates"], color="tab:blue")
+    ax_n.set_yticks(y)
+    ax_n.set_yticklabels(per_task["task"], fontsize=7)
+    ax_n.set_xlabel("candidates")
+    left = np.zeros(len(per_task))
+    for kind, color in (("build_failed", "tab:red"), ("run_failed", "tab:orange"), ("incorrect", "tab:purple")):
+        ax_f.barh(y, per_task[kind], left=left, color=color, label=kind.replace("_", " "))
+        left += per_task[kind].to_numpy()
+    ax_f.set_xlabel("failed candidates")
+    ax_f.legend(fontsize=7)
+    groups = [latencies.loc[latencies["task"] == t, "latency_s"].to_numpy() * 1e6 for t in per_task["task"]]
+    have = [i for i, g in enumerate(groups) if len(g)]
+    ax_l.boxplot([groups[i] for i in have], positions=y[have], vert=False, widths=0.6, showfliers=True,
+                 flierprops={"markersize": 2}, manage_ticks=False)
+    ax_l.set_xscale("log")
+    ax_l.set_xlabel("latency (us), per candidate")
+    for ax in (ax_n, ax_f, ax_l):
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"dataset: candidates, failures and latency spread per task{note}", fontsize=10)
+    return fig
+
+
+def label_noise(pairs: pd.DataFrame, what: str) -> Figure:
+    """Two timings of the same kernels (`first_s`, `second_s`), one dot per kernel, against the
+    diagonal: how far the label of a kernel moves when it is timed again."""
+    from models.metrics import latency_agreement
+
+    fig = Figure(figsize=(5.5, 5))
+    ax = fig.subplots()
+    x, y = pairs["first_s"].to_numpy() * 1e6, pairs["second_s"].to_numpy() * 1e6
+    codes = pd.factorize(pairs["task"])[0]
+    ax.scatter(x, y, c=codes, cmap="tab20", s=8, alpha=0.7)
+    lims = [min(x.min(), y.min()) * 0.9, max(x.max(), y.max()) * 1.1] if len(x) else [1, 10]
+    ax.plot(lims, lims, color="grey", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"first {what} (us)")
+    ax.set_ylabel(f"second {what} (us)")
+    accs = [latency_agreement(g["first_s"], g["second_s"])[0] for _, g in pairs.groupby("task") if len(g) > 1]
+    ax.set_title(f"label noise: {len(pairs)} kernels, {pairs['task'].nunique()} tasks\npairwise accuracy "
+                 f"{np.mean(accs) if accs else float('nan'):.3f} (mean over tasks)", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig

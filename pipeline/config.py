@@ -85,20 +85,31 @@ def _release_workspace(release, labels) -> str:
 
 OmegaConf.register_new_resolver("release_name", _release_name, replace=True)
 OmegaConf.register_new_resolver("release_workspace", _release_workspace, replace=True)
+# ${pipeline_help:} of the --help template: the stages and groups, as the reference page lists them
+import pipeline.docs_config  # noqa: E402,F401
 
 
 class ConfigError(PipelineError):
     """Settings that no stage can run with; one line per bad setting."""
 
 
-def compose(overrides: list[str] | None = None):
-    """The config `pipeline <overrides>` would run with (tests, benchmarks, notebooks)."""
+def hydra_context():
+    """Hydra initialized on the pipeline's configs, outside the app (a context manager)."""
     GlobalHydra.instance().clear()
     source = conf_source()
-    init = (initialize_config_module(config_module=source[len("pkg://"):], version_base="1.3")
+    return (initialize_config_module(config_module=source[len("pkg://"):], version_base="1.3")
             if source.startswith("pkg://") else initialize_config_dir(config_dir=source, version_base="1.3"))
-    with init:
-        return hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=False)
+
+
+def compose_in_context(overrides: list[str] | None = None, hydra_config: bool = False):
+    """compose() inside hydra_context(); `hydra_config` keeps the `hydra` node (its runtime.choices)."""
+    return hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=hydra_config)
+
+
+def compose(overrides: list[str] | None = None):
+    """The config `pipeline <overrides>` would run with (tests, benchmarks, notebooks)."""
+    with hydra_context():
+        return compose_in_context(overrides)
 
 
 def run_stage(name: str, overrides: list[str] | None = None) -> dict:

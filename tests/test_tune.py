@@ -52,8 +52,18 @@ def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     summary = pd.read_csv(root / "reports" / "tune.csv")
     assert list(summary["cost_model"]) == ["ours", "xgb", "random"]
     assert (summary["best_latency_us"] > 0).all() and (summary["tuning_min"] > 0).all()
-    for name in ("tune.md", "tune_curves.png", "tune_runs.csv", "tune_trials.csv", "tune_reach.csv"):
+    for name in ("tune.md", "tune_curves.png", "tune_curves_time.png", "tune_runs.csv", "tune_trials.csv",
+                 "tune_reach.csv"):
         assert (root / "reports" / name).stat().st_size > 0
+    # against wall-clock time: each cost model's line ends at its best latency, at its last trial's time
+    from models.tuning_report import plot_time_curves
+
+    lines = {line.get_label(): line.get_data() for line in plot_time_curves(trials, "t").axes[0].get_lines()}
+    assert set(lines) == {"ours", "xgb", "random"}
+    for cm, run in trials.groupby("cost_model"):
+        x, y = lines[cm]
+        assert y[-1] == pytest.approx(run["latency_s"][run["latency_s"] > 0].min() * 1e6)
+        assert x[-1] == pytest.approx(run["elapsed_s"].max()) and np.all(np.diff(x) >= 0)
     # 8 trials < XGBModel's warm-up of 100: the report, the result and the summary say so
     md = (root / "reports" / "tune.md").read_text()
     assert md.splitlines()[2].startswith("> **Not a comparison of cost models: XGBModel (xgb) measures 8 candidates")
@@ -93,6 +103,10 @@ def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
     compared = run_stage("compare", over)
     table = pd.read_csv(compared["report"].replace(".md", ".csv"))
     assert compared["runs"] == 1 and table["model"].notna().all() and list(table["model"]) == ["lgbm"]
+    # the dataset's figures beside the comparison, and in its MLflow run
+    evaluation = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.stage = 'compare'")
+    logged = {a.path.split("/")[-1] for a in client.list_artifacts(evaluation["run_id"].iloc[0], "reports")}
+    assert {"dataset-overview.png", "label-noise.png"} <= logged, logged
 
 
 def test_network_tune_with_held_out_model(trained_store):
@@ -131,8 +145,17 @@ def test_network_tune_with_held_out_model(trained_store):
     assert (e2e["e2e_latency_ms"] > 0).all() and (e2e.loc[e2e["cost_model"] != "untuned", "seeds"] == 2).all()
     per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv")
     assert len(per_seed) == 7 and (per_seed.loc[per_seed["cost_model"] != "untuned", "tuned_tasks"] == 2).all()
-    for f in ("tune-bert_encoder_curves.png", "tune-bert_encoder_network.png"):
+    for f in ("tune-bert_encoder_curves.png", "tune-bert_encoder_network.png", "tune-bert_encoder_e2e.png"):
         assert (reports / f).stat().st_size > 0
+    # end to end: a bar per cost model at the mean over seeds, its error bar [min, max]
+    from models.tuning_report import plot_end_to_end
+
+    ax = plot_end_to_end(per_seed, "t").axes[0]
+    g = per_seed.groupby("cost_model")["e2e_latency_ms"]
+    assert [p.get_height() for p in ax.patches] == pytest.approx(list(g.mean()[["ours", "ours_update", "xgb",
+                                                                                 "untuned"]]))
+    tops = [seg[1][1] for seg in ax.collections[0].get_segments()]
+    assert tops == pytest.approx(list(g.max()[["ours", "ours_update", "xgb", "untuned"]]))
     mlflow.set_tracking_uri(f"sqlite:///{db}")
     runs = mlflow.search_runs(experiment_names=[root.name], filter_string="tags.`tune.tasks` = 'bert_encoder'")
     parent = runs[runs["tags.mlflow.parentRunId"].isna()]

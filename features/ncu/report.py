@@ -24,7 +24,7 @@ from features.ncu import command
 from features.ncu.metrics import ALIASES, METRICS_ONLY, TIME_METRIC, is_additive, resolve
 from pipeline.core.extras import require
 from pipeline.core.schema import ncu_launches_schema
-from pipeline.core.workspace import write_table
+from pipeline.core.workspace import read_table, write_table
 
 DEFAULT_DOMAIN = "<default domain>"  # ncu_report's name of NVTX's unnamed domain
 DEVICE_METRIC = "device__attribute_display_name"
@@ -234,6 +234,8 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics", default="default",
                     help="`default`: the curated list of collect=ncu (aliases resolved); `all`: every metric of "
                          "the report under its own name; or a comma-separated list of ncu metric names")
+    ap.add_argument("--plots", type=Path, metavar="FOLDER",
+                    help="also draw <report name>_roofline.png and _stalls.png there (features/ncu/plots.py)")
     a = ap.parse_args(argv)
     metrics = None if a.metrics == "all" else resolve(a.metrics)
     failed, taken = 0, set()
@@ -263,6 +265,11 @@ def main(argv=None) -> int:
         records = sum(1 for r in rep.rows if r["record_id"])
         print(f"{path}: launches {len(rep.rows)}, kernels {kernels}, device {devices}, in domain {a.domain!r} "
               f"{records}, metric columns with values {filled} of {len(rep.metrics)} -> {out}")
+        if a.plots is not None:
+            from features.ncu import plots
+
+            for what, done in plots.write(read_table(out, None), a.plots, stem).items():
+                print(f"  {what}: {done}")
     return 1 if failed else 0
 
 

@@ -15,7 +15,8 @@ import time
 
 from hydra.utils import get_method
 
-# (shown by `python -m pipeline --help` too, from conf/config.yaml's help template)
+# The one list of stages: `python -m pipeline --help` and docs/configuration-reference.md read it
+# (pipeline/docs_config.py).
 STAGES = {
     "download": ("pipeline.stages.download.run", "fetch the TenSet archives (dataset=tenset only)"),
     "tasks": ("pipeline.stages.tasks.run", "build the task table and MetaSchedule workload database"),

@@ -283,4 +283,7 @@ def run(cfg) -> dict:
         if bool(cfg.collect.static):
             counts.update(collect_static(cfg, ws, cands, shard, executor))
         counts.update(mode(cfg, ws, cands, shard, profiler, executor))
+    from models import dataset_figures  # matplotlib: imported when the figures are drawn
+
+    counts["figures"] = len(dataset_figures.write(ws))
     return counts

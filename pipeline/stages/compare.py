@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from models import evaluation as E
-from models import plots, registry, tracking
+from models import dataset_figures, plots, registry, tracking
 from models.metrics import ALL_METRICS
 from pipeline.core import locks
 from pipeline.core import release as R
@@ -252,6 +252,7 @@ def run(cfg) -> dict:
     if len(heldout):
         plots.save(plots.heldout_chart(_models(cfg, heldout), "test_top1_score"), paths["heldout_png"])
         files.append(paths["heldout_png"])
+    files += dataset_figures.write(ws).values()
     run_id = tracking.log_evaluation(
         cfg, tables={"runs": shown, "heldout": heldout, "splits": splits, "ablation": ablation,
                      "intervals": intervals}, files=files,

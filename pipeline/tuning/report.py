@@ -17,8 +17,9 @@ compiled with each run's database (`end_to_end`, plus the untuned network for re
 
 `write` turns a comparison's tables into the report files: <prefix>.csv (summary),
 <prefix>_runs.csv, <prefix>_trials.csv, <prefix>_reach.csv, <prefix>_curves.png (mean
-line and min/max band over seeds), <prefix>.md and, for a network, <prefix>_network.csv
-(end to end, per seed), <prefix>_e2e.csv (over seeds) and <prefix>_network.png.
+line and min/max band over seeds), <prefix>_curves_time.png (against wall-clock seconds),
+<prefix>.md and, for a network, <prefix>_network.csv (end to end, per seed), <prefix>_e2e.csv
+(over seeds), <prefix>_e2e.png (bars with [min, max] over seeds) and <prefix>_network.png.
 """
 
 from __future__ import annotations
@@ -261,6 +262,58 @@ def plot_curves(trials: pd.DataFrame, title: str, baseline: str | None = "xgb",
     return fig
 
 
+def plot_time_curves(trials: pd.DataFrame, title: str) -> Figure:
+    """Best latency vs wall-clock seconds of the run, one panel per task, one line per cost
+    model and seed (seeds do not share a clock, so they are drawn, not averaged): what a cost
+    model's own time (training, prediction) costs next to the trials it saves."""
+    c = curves(trials).dropna(subset=["elapsed_s"])
+    tasks = list(dict.fromkeys(c["task"]))
+    cols = min(3, max(1, len(tasks)))
+    rows = int(np.ceil(max(1, len(tasks)) / cols))
+    fig = Figure(figsize=(4.6 * cols, 3.4 * rows))
+    axes = list(fig.subplots(rows, cols, squeeze=False).flat)
+    for ax, task in zip(axes, tasks):
+        mine = c[c["task"] == task]
+        for cm in _ordered(mine["cost_model"]):
+            for i, (seed, run) in enumerate(mine[mine["cost_model"] == cm].groupby("seed")):
+                run = run.sort_values("elapsed_s").dropna(subset=["best_s"])
+                ax.step(run["elapsed_s"], run["best_s"] * 1e6, where="post", color=COLORS.get(cm), lw=1.2,
+                        alpha=0.85, label=cm if i == 0 else None)
+        ax.set_yscale("log")
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("wall-clock seconds of the run")
+        ax.set_ylabel("best latency (us)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    for ax in axes[len(tasks):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_end_to_end(end_to_end: pd.DataFrame, title: str) -> Figure:
+    """End-to-end latency per cost model: a bar at the mean over seeds, the error bar its
+    [min, max]; runs without a latency are left out (their count shows in the label)."""
+    e = end_to_end.assign(ms=end_to_end["e2e_latency_ms"].astype(float))
+    names = _ordered(e["cost_model"])
+    g = e.groupby("cost_model")["ms"]
+    mean, lo, hi = g.mean().reindex(names), g.min().reindex(names), g.max().reindex(names)
+    have = mean.notna().to_numpy()
+    fig = Figure(figsize=(max(4.5, 1.1 * len(names) + 1.5), 3.8))
+    ax = fig.subplots()
+    x = np.arange(len(names))[have]
+    ax.bar(x, mean[have], yerr=[(mean - lo)[have], (hi - mean)[have]], capsize=4,
+           color=[COLORS.get(n, "tab:gray") for n in np.array(names)[have]])
+    ax.set_xticks(np.arange(len(names)))
+    ax.set_xticklabels([f"{n}\n({int(g.count().get(n, 0))} runs)" for n in names], fontsize=8)
+    ax.set_ylabel("end-to-end latency (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def plot_network(curve: pd.DataFrame, title: str, baseline: str | None = "xgb") -> Figure:
     fig = Figure(figsize=(5.5, 3.8))
     _panel(fig.subplots(), curve, "weighted_s", 1e3, title, "sum of weight x best latency (ms)",
@@ -310,6 +363,8 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
     files["curves_png"] = plots.save(
         plot_curves(trials, curves_title, baseline, (network, curve) if network is not None else None),
         folder / f"{prefix}_curves.png")
+    files["curves_time_png"] = plots.save(plot_time_curves(trials, curves_title.replace("vs trials", "vs time")),
+                                          folder / f"{prefix}_curves_time.png")
     text = [f"# Tuning: {heading}\n\n"]
     text += [f"> **{caveat}**\n\n"] if caveat else []
     text += [f"{n}\n\n" for n in notes or []]
@@ -325,6 +380,8 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
             end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
                 base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
             e2e = end_to_end_summary(end_to_end, baseline)
+            files["e2e_png"] = plots.save(plot_end_to_end(end_to_end, f"{network} end to end: mean over seeds, "
+                                                          f"bars = [min, max]"), folder / f"{prefix}_e2e.png")
         files["network_csv"] = folder / f"{prefix}_network.csv"
         end_to_end.to_csv(files["network_csv"], index=False)
         files["e2e_csv"] = folder / f"{prefix}_e2e.csv"
