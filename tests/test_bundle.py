@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from features.ncu import sections
 from pipeline.config import compose, run_stage
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
@@ -82,11 +83,16 @@ def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace
         tar.extractall(host, filter="data")
     part = host / "part-0"
     names = sorted(p.name for p in part.iterdir())
-    assert names == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "part.json", "references", "run_part.py",
-                     "runtime", "wheels"]
+    assert names == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "ncu_profiles", "part.json", "references",
+                     "run_part.py", "runtime", "wheels"]
+    # the curated list's section files travel with the part, and its ncu command names them
+    assert {p.name: p.read_text() for p in (part / "ncu_profiles").iterdir()} == sections.files()
     assert not (part / "runtime" / "tvm" / "lib" / "libtvm_compiler.so").exists()
     spec = json.loads((part / "part.json").read_text())
     assert spec["ncu"]["args"][:4] == ["--export", "{report}.ncu-rep", "--force-overwrite", "--nvtx"]
+    args = spec["ncu"]["args"]
+    assert args[args.index("--section-folder") + 1] == "{part}/ncu_profiles" and "--metrics" not in args
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--section"] == sections.identifiers()
 
     venv = tmp_path / "venv"
     subprocess.run([host_python, "-m", "venv", str(venv)], check=True, timeout=300)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED_FIXTURES
-from features.ncu import command, metrics, profile, report
+from features.ncu import command, metrics, profile, report, sections
 
 # Reports the pipeline captured (tests/fixtures/ncu/, none yet) and the public reports of
 # the shared fixtures, read where they are.
@@ -50,6 +50,40 @@ def test_command_with_section_set_and_bad_values():
         command.build_command(["x"], "b.ncu-rep", metrics=["a"], section_set="full")
     with pytest.raises(ValueError, match=".ncu-rep"):
         command.build_command(["x"], "b.rep", metrics=["a"])
+
+
+def test_section_files_hold_the_curated_list():
+    """ncu_profiles/ is what metrics.GROUPS generates, file for file: the sections collect
+    exactly the curated list, one section per group, in the list's order."""
+    folder = sections.folder()
+    assert folder == sections.CHECKOUT
+    on_disk = {p.name: p.read_text() for p in folder.glob("*.section")}
+    assert on_disk == sections.files(), "ncu_profiles/ drifted from metrics.GROUPS: run python -m features.ncu.sections"
+    assert sections.folder_metrics(folder) == list(metrics.DEFAULT_METRICS)
+    for name, text in on_disk.items():
+        ident, names = sections.read(text)
+        assert name == f"{ident}.section" and names == list(metrics.GROUPS[ident[len(sections.PREFIX):]])
+        # the protobuf text format of ncu's own sections: a header table of Label / Name pairs
+        assert text.count("Metrics {") == len(names) and "\nHeader {\n" in text and "\nOrder: " in text
+
+
+def test_command_collects_the_curated_list_through_the_section_files(tmp_path):
+    cmd = command.build_command(["x"], "b.ncu-rep", metrics=list(metrics.DEFAULT_METRICS))
+    assert "--metrics" not in cmd and cmd[cmd.index("--section-folder") + 1] == str(sections.folder())
+    named = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--section"]
+    assert named == sections.identifiers()
+    assert sections.folder_metrics(Path(cmd[cmd.index("--section-folder") + 1])) == list(metrics.DEFAULT_METRICS)
+    # what `collect=ncu` builds from its config: the same files
+    from pipeline.config import compose
+
+    opts = profile.NcuProfiler.from_cfg(compose(["collect=ncu", "target=h100", f"paths.data={tmp_path}"])).options
+    assert sections.covers(opts.metrics)
+    # another folder (a bundle's), and a list the device cut short or of one's own: --metrics
+    cmd = command.build_command(["x"], "b.ncu-rep", metrics=list(metrics.DEFAULT_METRICS), section_folder="{part}/s")
+    assert cmd[cmd.index("--section-folder") + 1] == "{part}/s"
+    short = list(metrics.DEFAULT_METRICS)[1:]
+    cmd = command.build_command(["x"], "b.ncu-rep", metrics=short)
+    assert "--section" not in cmd and cmd[cmd.index("--metrics") + 1] == ",".join(short)
 
 
 def test_default_metric_list():

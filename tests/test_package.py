@@ -24,7 +24,7 @@ from pipeline.core.workspace import Workspace
 from conftest import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-SOURCES = ("pyproject.toml", "README.md", "LICENSE", "conf", "pipeline", "features", "models")
+SOURCES = ("pyproject.toml", "README.md", "LICENSE", "conf", "ncu_profiles", "pipeline", "features", "models")
 
 
 def conf_files() -> set[str]:
@@ -39,12 +39,13 @@ def test_pyproject_lists_every_package_and_config_group():
     listed by hand: a new subpackage or config group missing there would be left out of the wheel."""
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     code = set(find_packages(str(ROOT), include=["pipeline*", "features*", "models*"]))
-    groups = {"pipeline.conf"} | {f"pipeline.conf.{d.name}" for d in (ROOT / "conf").iterdir()
-                                  if d.is_dir() and d.name != "__pycache__"}
+    groups = {"pipeline.conf", "features.ncu.profiles"} | {f"pipeline.conf.{d.name}" for d in (ROOT / "conf").iterdir()
+                                                           if d.is_dir() and d.name != "__pycache__"}
     assert listed == code | groups, (
         f"pyproject.toml [tool.setuptools] packages: add {sorted(code | groups - listed)}, "
         f"remove {sorted(listed - code - groups)}")
-    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"pipeline.conf": "conf"}
+    assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"pipeline.conf": "conf",
+                                                              "features.ncu.profiles": "ncu_profiles"}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,9 @@ def test_wheel_carries_the_configs_and_the_licence(wheel):
     missing = conf_files() - names
     assert not missing, f"configs left out of the wheel: {sorted(missing)}"
     assert "pipeline/conf/config.yaml" in names and "pipeline/conf/budget/smoke.yaml" in names
-    assert not any(n.startswith(("conf/", "tests/", "data/")) for n in names), "only the packages install"
+    assert not any(n.startswith(("conf/", "tests/", "data/", "ncu_profiles/")) for n in names), "only the packages install"
+    sections = {f"features/ncu/profiles/{p.name}" for p in (ROOT / "ncu_profiles").glob("*.section")}
+    assert sections and sections <= names, "the ncu section files install with features.ncu"
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "License-Expression: Apache-2.0" in text
@@ -95,6 +98,9 @@ from pipeline import config
 from models import tracking
 from pipeline.core.workspace import Workspace
 assert config.conf_source() == "pkg://pipeline.conf", config.conf_source()
+from features.ncu import sections
+assert str(sections.folder()).startswith({str(site)!r}), sections.folder()
+assert sections.folder_metrics() == list(sections.M.DEFAULT_METRICS)
 assert str(config.CONF_DIR).startswith({str(site)!r}), config.CONF_DIR
 cfg = config.compose(["budget=smoke"])
 assert cfg.budget.name == "smoke"

@@ -56,7 +56,7 @@ def test_tiny_tune_below_warmup_says_it_is_no_comparison(trained_store, capsys):
                  "tune_reach.csv"):
         assert (root / "reports" / name).stat().st_size > 0
     # against wall-clock time: each cost model's line ends at its best latency, at its last trial's time
-    from models.tuning_report import plot_time_curves
+    from pipeline.tuning.report import plot_time_curves
 
     lines = {line.get_label(): line.get_data() for line in plot_time_curves(trials, "t").axes[0].get_lines()}
     assert set(lines) == {"ours", "xgb", "random"}
@@ -148,7 +148,7 @@ def test_network_tune_with_held_out_model(trained_store):
     for f in ("tune-bert_encoder_curves.png", "tune-bert_encoder_network.png", "tune-bert_encoder_e2e.png"):
         assert (reports / f).stat().st_size > 0
     # end to end: a bar per cost model at the mean over seeds, its error bar [min, max]
-    from models.tuning_report import plot_end_to_end
+    from pipeline.tuning.report import plot_end_to_end
 
     ax = plot_end_to_end(per_seed, "t").axes[0]
     g = per_seed.groupby("cost_model")["e2e_latency_ms"]

@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from features.ncu import sections
 from pipeline.core import harness
 from pipeline.core.errors import PipelineError
 from pipeline.runner import part as host_part
@@ -98,6 +99,10 @@ def read_results(path: Path) -> list[dict]:
 MIB = 1 << 20
 # What a part's command is, run from inside the unpacked part.
 PART_COMMAND = "python3 run_part.py --pack ../results-part-{k}.tar.gz"
+# The curated list's section files in a part, and the ncu argument that names them (run_part.py
+# puts the part's folder in place of `{part}` on the host).
+SECTIONS = "ncu_profiles"
+SECTIONS_ARG = "{part}/" + SECTIONS
 
 
 def runtime_filter(src: Path):
@@ -128,6 +133,9 @@ def _write_part(path: Path, name: str, root: Path, jobs: list[dict], spec: dict,
         _add_bytes(tar, f"{name}/jobs.jsonl", "".join(json.dumps(j) + "\n" for j in jobs).encode())
         _add_bytes(tar, f"{name}/part.json", (json.dumps(spec, indent=1) + "\n").encode())
         _add_bytes(tar, f"{name}/RUN.txt", (PART_COMMAND.format(k=spec["part"]) + "\n").encode())
+        if spec.get("ncu") and SECTIONS_ARG in spec["ncu"]["args"]:  # the curated list's section files
+            for file, text in sections.files().items():
+                _add_bytes(tar, f"{name}/{SECTIONS}/{file}", text.encode())
         tar.add(harness.HARNESS, arcname=f"{name}/harness.py")
         tar.add(host_part.HERE / "part.py", arcname=f"{name}/run_part.py")
         for w in wheels:

@@ -165,7 +165,7 @@ def profile(spec: dict, jobs: list[dict], res: Path, env: dict, a, t0: float) ->
         say(NCU_ABSENT.format(exe=a.ncu))
         return "ncu absent"
     events, log = res / "ncu.jsonl", res / "ncu.log"  # the harness logs its children to <out>.log
-    wrap = [exe] + [arg.replace("{report}", str(res / "ncu-{n}")) for arg in n["args"]]
+    wrap = [exe] + [arg.replace("{report}", str(res / "ncu-{n}")).replace("{part}", str(HERE)) for arg in n["args"]]
     size = max(1, int(n["chunk"]))
     todo = [j for j in jobs if j["record_id"] not in done_ids(events)]
     say(f"ncu: {len(todo)} kernels to profile, {size} per ncu run")

@@ -199,7 +199,7 @@ def bundle_spec(cfg, profiler) -> dict:
         argv = ncu_command.build_command([], "{report}.ncu-rep", ncu="ncu", metrics=o.metrics,
                                          section_set=o.section_set, clock_control=o.clock_control,
                                          cache_control=o.cache_control, replay_mode=o.replay_mode, domain=o.domain,
-                                         extra_args=o.extra_args)
+                                         extra_args=o.extra_args, section_folder=bundle.SECTIONS_ARG)
         spec["ncu"] = dict(args=argv[1:], options=dict(domain=o.domain, warmup=o.warmup),
                            timeout_s=float(cfg.bundle.ncu_timeout_s), chunk=int(cfg.bundle.ncu_chunk))
     return spec

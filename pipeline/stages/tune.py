@@ -140,7 +140,7 @@ def run(cfg) -> dict:
     scope = f"{network}'s {len(tasks)} heaviest of {items[0].n_tasks} tasks" if network else kind
     report = tuning_report.write(
         trials, result.runs, end_to_end, result.dropped, folder=ws.root / "reports",
-        prefix="tune" if kind == "workspace" else f"tune-{kind}",
+        prefix="tune" if kind == "workspace" else f"tune-{network or kind}",
         heading=f"{ws.name}, {scope}, {t.trials} trials per task, seeds {list(t.seeds)}",
         curves_title=f"{ws.name}: best latency vs trials ({t.trials} per task, seeds {list(t.seeds)})",
         flops={x.name: x.flops for x in tasks}, weights={x.name: x.weight for x in tasks}, network=network,

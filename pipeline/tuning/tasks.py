@@ -6,6 +6,9 @@
   <network>  a zoo network (resnet18, resnet50, mobilenet_v2, bert_encoder): its
              `tune.max_tasks` heaviest tasks (weight x FLOPs, as the network calls them;
              null = all) tuned jointly, then the whole network compiled and timed
+  <pkg.module:function>
+             a network of your own (pipeline/workloads/relax.py, as dataset.module names
+             it), tuned and timed as a zoo network
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pipeline.core.targets import make_target, target_dict
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
 from pipeline.tuning import TuneError
 from pipeline.tuning.comparison import Network, TirTask
-from pipeline.workloads import flops_of, networks, ops, zoo
+from pipeline.workloads import flops_of, networks, ops, relax, zoo
 
 
 def _target(cfg, tasks: pd.DataFrame | None = None):
@@ -74,25 +77,35 @@ def heaviest(tasks: list[TirTask], limit: int | None) -> list[int]:
 
 
 def network(cfg, name: str, limit: int | None = None) -> tuple[Network, object]:
-    """A zoo network with weights bound, its example inputs and its `limit` heaviest tasks."""
-    if name not in networks.NETWORKS:
-        raise TuneError(f"tune.tasks={name!r}: not `workspace`, `ops` nor a network; networks: "
-                        f"{', '.join(networks.NETWORKS)}")
+    """A zoo network, or a user's (`pkg.module:function`), with weights bound, its example inputs
+    and its `limit` heaviest tasks."""
+    own = relax.is_spec(name)
+    if not own and name not in networks.NETWORKS:
+        raise TuneError(f"tune.tasks={name!r}: not `workspace`, `ops`, a network ({', '.join(networks.NETWORKS)}) "
+                        f"nor a function of your own as {relax.FORM}")
     if limit is not None and int(limit) < 1:
         raise TuneError(f"tune.max_tasks={limit}: tune at least one task of {name} (null = all of them)")
     t = cfg.tune
-    options = {"layers": int(t.get("bert_layers", 1) or 1), "seq": int(t.get("bert_seq", 128) or 128)} \
-        if name == "bert_encoder" else {}
-    batch, seed = int(t.get("batch", 1) or 1), int(cfg.seed)
-    mod = zoo.fuse(zoo.export(name, batch, seed, **options))
-    _, example = networks.build(name, batch, seed, **options)
+    seed = int(cfg.seed)
+    if own:
+        net = relax.load_network(name, "tune.tasks", seed)
+        label, mod, inputs = net.name, net.mod, net.inputs
+    else:
+        options = {"layers": int(t.get("bert_layers", 1) or 1), "seq": int(t.get("bert_seq", 128) or 128)} \
+            if name == "bert_encoder" else {}
+        batch = int(t.get("batch", 1) or 1)
+        mod = zoo.export(name, batch, seed, **options)
+        _, example = networks.build(name, batch, seed, **options)
+        label, inputs = name, [x.numpy() for x in example]
+    mod = zoo.fuse(mod)
     target = _target(cfg)
     ext = ms.relax_integration.extract_tasks(mod, target)
+    if not ext:
+        raise TuneError(f"tune.tasks={name!r}: MetaSchedule finds no task to tune in {label}")
     tasks = [TirTask(str(x.task_name), zoo.as_main(x.dispatched[0]), _flops(x.dispatched[0]), int(x.weight))
              for x in ext]
     chosen = heaviest(tasks, limit)
-    return Network(name, mod, [x.numpy() for x in example], [tasks[i] for i in chosen], [ext[i] for i in chosen],
-                   len(tasks)), target
+    return Network(label, mod, inputs, [tasks[i] for i in chosen], [ext[i] for i in chosen], len(tasks)), target
 
 
 def choose(cfg, ws: Workspace) -> tuple[list[TirTask] | list[Network], object]:

@@ -7,12 +7,12 @@ under the name that `dataset.source` gives and chosen with `create(kind)`.
 from __future__ import annotations
 
 from pipeline.core.registry import choose
-from pipeline.workloads import ops, tenset, zoo
+from pipeline.workloads import ops, relax, tenset, zoo
 from pipeline.workloads.base import Workload
 
 __all__ = ["SOURCES", "Workload", "args_of", "create", "flops_of", "load_workloads"]
 
-SOURCES = {"ops": ops.load, "zoo": zoo.load, "tenset": tenset.load}
+SOURCES = {"ops": ops.load, "zoo": zoo.load, "tenset": tenset.load, "relax": relax.load}
 
 
 def create(kind: str):

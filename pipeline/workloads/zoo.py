@@ -29,23 +29,33 @@ def network_options(cfg, name: str) -> dict:
 
 def export(name: str, batch: int = 1, seed: int = 0, **options):
     """The network as a Relax IRModule with its weights bound as constants."""
-    # torch takes seconds to import and only dataset=zoo needs it.
+    from pipeline.workloads import networks as nets  # torch: seconds to import, only for networks
+
+    model, example = nets.build(name, batch, seed, **options)
+    return from_torch(model, example)
+
+
+def from_torch(model, example: tuple):
+    """A torch.nn.Module and its example inputs as a Relax IRModule, weights bound as constants
+    (torch.export, then TVM's importer): the path of every network, the zoo's and a user's."""
+    # torch takes seconds to import and only networks need it.
     import torch
     from torch.fx.experimental import optimization
     from tvm.relax.frontend.torch import from_exported_program
 
-    from pipeline.workloads import networks as nets
-
-    model, example = nets.build(name, batch, seed, **options)
+    model = model.eval()
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         # Inference form: BatchNorm folded into the convolution before export, as deployed
         # models are. Folding it later in Relax gives the same tasks but costs seconds of
         # constant folding per network.
-        model = optimization.fuse(model)
+        try:
+            model = optimization.fuse(model)
+        except Exception:  # noqa: BLE001 - a model torch.fx cannot trace keeps its BatchNorm (Relax decomposes it)
+            log.info("BatchNorm left unfolded: torch.fx cannot trace %s", type(model).__name__)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
         with torch.no_grad():
-            program = torch.export.export(model, example)
+            program = torch.export.export(model, tuple(example))
         return from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
 
 
@@ -88,14 +98,18 @@ def as_main(mod):
 
 def network_workloads(name: str, target, batch: int = 1, seed: int = 0, **options) -> list[Workload]:
     """One Workload per task of one network."""
+    return relax_workloads(export(name, batch, seed, **options), target, name, "zoo", {"batch": batch, **options})
+
+
+def relax_workloads(mod, target, network: str, source: str, extra: dict | None = None) -> list[Workload]:
+    """One Workload per task MetaSchedule extracts from a Relax network (weight = its calls)."""
     # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import meta_schedule as ms
 
-    mod = fuse(export(name, batch, seed, **options))
-    tasks = ms.relax_integration.extract_tasks(mod, target)
+    tasks = ms.relax_integration.extract_tasks(fuse(mod), target)
     return [
-        Workload(name=str(t.task_name), mod=as_main(t.dispatched[0]), network=name, weight=int(t.weight), source="zoo",
-                 extra={"batch": batch, **options})
+        Workload(name=str(t.task_name), mod=as_main(t.dispatched[0]), network=network, weight=int(t.weight),
+                 source=source, extra=dict(extra or {}))
         for t in tasks
     ]
 
