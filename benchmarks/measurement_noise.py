@@ -43,7 +43,7 @@ from models.metrics import latency_agreement
 from models.tables import successful_measurements, usable_rows
 from pipeline.config import compose
 from pipeline.core import schema as S
-from pipeline.core.harness import Timer, load_kernel
+from pipeline.device.harness import Timer, load_kernel
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner.jobs import kernel_jobs
 from pipeline.runner.modes import timer_options

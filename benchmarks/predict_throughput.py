@@ -33,7 +33,7 @@ def measured_xgb(ws, threads: int, seed: int):
     from features.static import schedule_from_trace
     from models.tables import successful_measurements
     from pipeline.core import database as D
-    from pipeline.core.targets import make_target
+    from pipeline.shims.targets import make_target
     from pipeline.core.workspace import read_table
 
     tasks = read_table(ws.tasks, S.TASKS).set_index("task_id")
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from pipeline.tuning.cost_model import PipelineCostModel
     from pipeline.core import database as D
     from pipeline.stages.sample import draw_candidates
-    from pipeline.core.targets import make_target
+    from pipeline.shims.targets import make_target
     from pipeline.core.workspace import Workspace, read_table
 
     ws = Workspace(Path(a.workspace).expanduser().resolve())

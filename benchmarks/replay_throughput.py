@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from pipeline.config import compose, run_stage
-from pipeline.core import executor as E
+from pipeline.compute import executor as E
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """CPU counters of llvm kernels: `perf stat` around N calls, getrusage and wall time.
 
-The kernel harness's perf instrument (pipeline/core/harness.py) loads each kernel in a
+The kernel harness's perf instrument (pipeline/device/harness.py) loads each kernel in a
 supervised child process, makes its inputs as the measure stage does, warms it up and
 picks N so that the counted loop lasts `min_time_s`; `perf stat -p <child>` starts with
 counting disabled and the child switches it on and off around the loop through perf's
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core.catalog import Table, table
 from pipeline.core.schema import PERF_EVENTS, RUSAGE_FIELDS
 from pipeline.core.workspace import Workspace

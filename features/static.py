@@ -19,8 +19,8 @@ import pandas as pd
 from features import cuda_resources
 from pipeline.core import schema as S
 from pipeline.core.database import load_workload_mod
-from pipeline.core.harness import short_error
-from pipeline.core.targets import make_target
+from pipeline.device.harness import short_error
+from pipeline.shims.targets import make_target
 from pipeline.core.workspace import Workspace
 
 N_FEATURES = len(S.PER_STORE_FEATURE_NAMES)

@@ -37,9 +37,9 @@ from tvm.s_tir.meta_schedule.cost_model.xgb_model import XGBConfig
 from models.base import CostModel, FeatureSpec
 from pipeline.core import database as D
 from pipeline.core import schema as S
-from pipeline.core.progress import progress
-from pipeline.core.targets import make_target
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.compute.progress import progress
+from pipeline.shims.targets import make_target
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace, read_table
 
 log = logging.getLogger(__name__)

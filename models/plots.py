@@ -182,9 +182,10 @@ def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame, note: str 
     ax_f.legend(fontsize=7)
     groups = [latencies.loc[latencies["task"] == t, "latency_s"].to_numpy() * 1e6 for t in per_task["task"]]
     have = [i for i, g in enumerate(groups) if len(g)]
-    ax_l.boxplot([groups[i] for i in have], positions=y[have], vert=False, widths=0.6, showfliers=True,
-                 flierprops={"markersize": 2}, manage_ticks=False)
-    ax_l.set_xscale("log")
+    if have:  # no task measured yet (e.g. a collect bundle exported before any timing): no boxes
+        ax_l.boxplot([groups[i] for i in have], positions=y[have], vert=False, widths=0.6, showfliers=True,
+                     flierprops={"markersize": 2}, manage_ticks=False)
+        ax_l.set_xscale("log")
     ax_l.set_xlabel("latency (us), per candidate")
     for ax in (ax_n, ax_f, ax_l):
         ax.grid(axis="x", alpha=0.3)

@@ -34,7 +34,7 @@ def _task_candidates(root, row: int = 0):
     from features.static import schedule_from_trace
     from models.tables import successful_measurements
     from pipeline.core import database as D
-    from pipeline.core.targets import make_target
+    from pipeline.shims.targets import make_target
     from pipeline.core.workspace import Workspace, read_table
 
     ws = Workspace(root)

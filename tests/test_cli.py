@@ -20,7 +20,7 @@ def test_help_lists_stages_and_groups():
     assert out.returncode == 0, out.stderr
     for name in stages.STAGES:
         assert f"  {name} " in out.stdout, name
-    for group in ("dataset   ops*, release, tenset, zoo", "target    h100, h200, llvm*", "budget    default*, full, smoke"):
+    for group in ("dataset   ops*, relax, release, tenset, zoo", "target    h100, h200, llvm*", "budget    default*, full, smoke"):
         assert group in out.stdout
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from features import cpu_counters, cuda_resources, static
 from pipeline.core import schema as S
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace, read_table
 

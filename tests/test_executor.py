@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.core.executor import LocalExecutor, run_shipped
+from pipeline.compute.executor import LocalExecutor, run_shipped
 
 
 def failed(job, reason):

@@ -37,6 +37,9 @@ def test_collect_draws_the_dataset_overview_and_label_noise(collected_workspace)
     assert pairs.set_index("record_id")["first_s"].to_dict() == pytest.approx(first[pairs["record_id"]].to_dict())
     dots = plots.label_noise(pairs, what).axes[0].collections[0].get_offsets()
     assert len(dots) == len(pairs) and np.isfinite(dots).all()
+    # before any timing (a collect bundle exported from an unmeasured workspace): bars, no boxes
+    bare = plots.dataset_overview(table, latencies.iloc[:0])
+    assert len(bare.axes[0].patches) == len(table) and not bare.axes[2].lines
 
 
 def test_comparison_chart_leaves_missing_values_out():

@@ -10,7 +10,7 @@ import pytest
 
 from models.tables import UNRECORDED, MixedHardwareError, labelled_records
 from pipeline.config import run_stage
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
 

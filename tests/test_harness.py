@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from pipeline.core import harness
+from pipeline.device import harness
 
 from conftest import gpu_available
 

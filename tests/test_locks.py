@@ -73,7 +73,7 @@ def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measur
             run_stage("measure", [*over, "shard.index=0", "shard.count=2", "force=true"])
     assert sorted(p.name for p in (root / "measurements").iterdir()) == before  # force deleted nothing
     from pipeline.config import compose
-    from pipeline.core.executor import create
+    from pipeline.compute.executor import create
     from pipeline.core.workspace import Workspace
 
     names = set()

@@ -162,7 +162,7 @@ def test_a_missing_extra_names_the_extra(monkeypatch):
     """A feature whose optional package is absent stops with the extra to install, not a bare
     ImportError (the package hidden as an uninstalled one is: None in sys.modules)."""
     from pipeline.core.extras import MissingExtra, require
-    from pipeline.core.ray_executor import import_ray
+    from pipeline.compute.ray_executor import import_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingExtra, match=r"executor=ray needs the package 'ray'.*pip install "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.core import progress as P
+from pipeline.compute import progress as P
 
 
 def test_a_redirected_run_logs_progress_lines_and_an_empty_one_nothing(caplog, capsys, monkeypatch):

@@ -10,7 +10,7 @@ import time
 
 import psutil
 
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core import schema as S
 from pipeline.core.workspace import read_table
 
@@ -80,7 +80,7 @@ def test_killed_replay_leaves_no_worker_and_resumes_without_loss(measured_worksp
 # both have started (a first job each: their initializer has run).
 BUSY_BUILDER = """
 import time
-from pipeline.core.builder import PersistentBuilder
+from pipeline.compute.builder import PersistentBuilder
 pool = PersistentBuilder(max_workers=2, timeout_sec=600, preload_intrinsics=False)._pool()
 for f in [pool.submit(time.sleep, 2) for _ in range(2)]:
     f.result()

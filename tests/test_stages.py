@@ -87,7 +87,7 @@ def test_corrupted_database_line_is_reported_and_the_rest_kept(measured_workspac
 
 
 def test_failing_build_becomes_an_error_row(measured_workspace):
-    from pipeline.core.builder import build_record
+    from pipeline.compute.builder import build_record
 
     root, overrides = measured_workspace
     ws = Workspace(root)
@@ -101,8 +101,8 @@ def test_failing_build_becomes_an_error_row(measured_workspace):
 
 
 def test_build_past_the_timeout_becomes_an_error_row(measured_workspace, tmp_path):
-    from pipeline.core.builder import build_record
-    from pipeline.core.executor import LocalExecutor
+    from pipeline.compute.builder import build_record
+    from pipeline.compute.executor import LocalExecutor
     from pipeline.stages.replay import failed_build
 
     root, _ = measured_workspace

@@ -297,7 +297,7 @@ def test_report_markdown_and_files(tmp_path):
     assert by["ours"]["best_latency_us"] == "1.5e+03" and by["ours"]["speedup_vs_xgb"] == "0.667"
     assert by["mlp"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
     assert "## Dropped cost models" in report.text and "- mlp: ValueError: boom" in report.text
-    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "report_md"}
+    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "curves_time_png", "report_md"}
     assert all(p.stat().st_size > 0 for p in report.files.values())
 
 

@@ -1,6 +1,6 @@
 """Profile kernels with Nsight Compute: one ncu process per batch, with isolation.
 
-A batch of kernels runs in one process of the kernel harness (pipeline/core/harness.py,
+A batch of kernels runs in one process of the kernel harness (pipeline/device/harness.py,
 `--in-process --instrument nvtx`: each kernel's profiled call inside an NVTX range named
 by its record) under one ncu invocation, loading TVM and starting ncu once per batch
 instead of once per kernel. The harness logs a start and a done line per kernel; when the
@@ -28,11 +28,11 @@ from omegaconf import OmegaConf
 
 from features.ncu import command, report
 from features.ncu import metrics as M
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core import schema as S
 from pipeline.core.catalog import Table, ncu_tables
 from pipeline.core.errors import PipelineError
-from pipeline.core.harness import EXIT_UNUSABLE
+from pipeline.device.harness import EXIT_UNUSABLE
 
 log = logging.getLogger(__name__)
 

@@ -366,7 +366,7 @@ def _template(workload_index: int, workload_line: list | None, target_text: str 
     # lazy: TVM takes seconds to import, and importing this module must stay cheap
     from tvm.s_tir import Schedule
 
-    from pipeline.core.targets import make_target
+    from pipeline.shims.targets import make_target
 
     if workload_line is None or not target_text:
         return None, None

@@ -1,7 +1,7 @@
 """Build here, run there: a self-contained folder of kernels for a GPU host.
 
 The bundle holds the exported kernels, the reference inputs/outputs, the job list,
-the kernel harness (pipeline/core/harness.py, as harness.py) and (optionally) a
+the kernel harness (pipeline/device/harness.py, as harness.py) and (optionally) a
 runtime-only copy of TVM: the installed `tvm` package without its compiler library,
 headers and sources (about 30 MB instead of 300). On the GPU host:
 
@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 from features.ncu import sections
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core.errors import PipelineError
 from pipeline.runner import part as host_part
 

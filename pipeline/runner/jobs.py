@@ -14,7 +14,7 @@ import pandas as pd
 
 from pipeline.core import database as D
 from pipeline.core.workspace import Workspace
-from pipeline.reference import make_reference
+from pipeline.runner.reference import make_reference
 
 
 def check_sample(kernels: pd.DataFrame, per_task: int) -> set:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 
 from pipeline.core import database as D
-from pipeline.core import harness
-from pipeline.core.executor import Executor
-from pipeline.core.progress import progress
+from pipeline.device import harness
+from pipeline.compute.executor import Executor
+from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 from pipeline.runner import modes

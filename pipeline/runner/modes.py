@@ -16,9 +16,9 @@ from typing import Iterator
 
 from omegaconf import OmegaConf
 
-from pipeline.core import harness
+from pipeline.device import harness
 from pipeline.core.errors import PipelineError
-from pipeline.core.executor import Executor
+from pipeline.compute.executor import Executor
 from pipeline.core.registry import choose
 from pipeline.core.workspace import Workspace
 from pipeline.runner.bundle import export_bundle, read_results, results_folders

@@ -39,13 +39,13 @@ from features import cuda_resources, profilers, static
 from features.ncu import command as ncu_command
 from features.ncu.profile import NcuProfiler, Outcome, read_host_results, write_outcome
 from pipeline.core import database as D
-from pipeline.core import executor as E
+from pipeline.compute import executor as E
 from pipeline.core.catalog import table
 from pipeline.core.errors import PipelineError
-from pipeline.core.progress import progress
+from pipeline.compute.progress import progress
 from pipeline.core.registry import choose
 from pipeline.core.sharding import Shard
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 from pipeline.runner import bundle, modes, wheels
 from pipeline.runner.jobs import kernel_jobs

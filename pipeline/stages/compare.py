@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -170,20 +171,23 @@ def label_noise(ws: Workspace) -> str:
             f"can be expected to do better against these labels.")
 
 
-def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    select = tracking.best_metric(cfg)
-    # Read the runs while no stage=train adds some: only whole trainings (pipeline/core/locks.py).
+def read_runs(cfg, ws: Workspace):
+    """The workspace's training runs, read while no stage=train adds some (only whole
+    trainings, pipeline/core/locks.py), and a line that says when and after what wait."""
     with locks.runs_lock(ws.root, "compare", wait_s=float(cfg.lock.wait_s)) as joined:
         every = tracking.workspace_runs(cfg)
         read_at = time.strftime("%Y-%m-%d %H:%M:%S")
     pids = ", ".join(f"pid {h.get('pid')}" for h in joined.waited_for)
     waited = f", after waiting {joined.waited_s:.0f} s for stage=train ({pids}) to end" if pids else ""
-    state = f"training runs read at {read_at} with no stage=train running on this workspace{waited}"
     if every.empty:
         raise WorkspaceError(
             f"no MLflow training run for workspace {ws.root} in {tracking.tracking_uri(cfg)} (experiment "
             f"{tracking.experiment_name(cfg)}): run `python -m pipeline stage=train` first (same mlflow.tracking_uri).")
+    return every, f"training runs read at {read_at} with no stage=train running on this workspace{waited}"
+
+
+def select_runs(cfg, ws: Workspace, every: pd.DataFrame):
+    """(the selected runs, the mask over `every`, the selection, its text)."""
     sel = selection(cfg)
     chosen = np.logical_and.reduce([every[f"tags.{k}"].isin(v) for k, v in sel.items()])
     runs = every[chosen]
@@ -194,35 +198,22 @@ def run(cfg) -> dict:
             f"`python -m pipeline stage=train split={cfg.split.name}`, or select others with split=, model=, features=")
     if bool(cfg.compare.latest_only):
         runs = tracking.latest_per_config(runs)
-    table = comparison_table(runs)
+    return runs, chosen, sel, what
+
+
+def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     reports = ws.root / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    name = report_name(cfg)
-    paths = {ext: reports / f"{name}.{ext}" for ext in ("csv", "md", "png")}
+    paths = {ext: reports / f"{report_name(cfg)}.{ext}" for ext in ("csv", "md", "png")}
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
-        ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"))})
+        ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
-    shown, empty = with_values(table.drop(columns=["run_id", "start_time"]))
-    table.to_csv(paths["csv"], index=False)  # every column, empty ones too
-    paths["md"].write_text(
-        f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
-        f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
-        f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
-        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown)
-        + (f"\nNo value in any run (not shown): {', '.join(empty)}.\n" if empty else ""))
+    return paths
 
-    # the aggregation reads the runs this selection kept
-    frame = E.run_frame(tracking.with_split_tags(runs))
-    ablation = E.ablation_table(E.heldout_table(frame), select)
-    frame = E.with_random_rows(frame)
-    heldout = E.heldout_table(frame)
-    splits = E.split_table(frame)
-    intervals = heldout_intervals(ws, runs)
-    paths["intervals"] = reports / f"{report_name(cfg, 'intervals')}.csv"
-    intervals.to_csv(paths["intervals"], index=False)
-    heldout.to_csv(paths["heldout"], index=False)
-    splits.to_csv(paths["splits"], index=False)
-    ablation.to_csv(paths["ablation"], index=False)
+
+def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict) -> str:
+    """evaluation-<...>.md: the held-out networks, the paired intervals, the splits, the ablation."""
+    heldout, intervals, splits, ablation = (tables[k] for k in ("heldout", "intervals", "splits", "ablation"))
     text = [f"# Evaluation of workspace {ws.name}: {what}\n",
             f"Means with [min, max]: over seeds per held-out network, over held-out networks in the `mean` rows, over "
             f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
@@ -243,7 +234,49 @@ def run(cfg) -> dict:
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
         text += [f"## Ablation (ordered by {select}, the selection metric)\n", to_markdown(ablation)]
-    paths["evaluation"].write_text("\n".join(text))
+    return "\n".join(text)
+
+
+def print_tables(cfg, heldout: pd.DataFrame, splits: pd.DataFrame) -> None:
+    for title, report in (
+            ("leave one network out (test part, mean [min, max] over seeds; mean rows over networks)",
+             heldout_report(_models(cfg, heldout)) if len(heldout) else None),
+            ("every split over its runs (test part)", split_report(_models(cfg, splits)) if len(splits) else None)):
+        if report is None:
+            continue
+        report, empty = with_values(report)
+        print(f"{title}:")
+        print(report.to_string(index=False))
+        if empty:
+            print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
+                  f"{cfg.train.topk_min_records} test records: train.topk_min_records)")
+
+
+def run(cfg) -> dict:
+    ws = Workspace.from_cfg(cfg)
+    select = tracking.best_metric(cfg)
+    every, state = read_runs(cfg, ws)
+    runs, chosen, sel, what = select_runs(cfg, ws, every)
+    table = comparison_table(runs)
+    name, paths = report_name(cfg), report_paths(cfg, ws)
+    shown, empty = with_values(table.drop(columns=["run_id", "start_time"]))
+    table.to_csv(paths["csv"], index=False)  # every column, empty ones too
+    paths["md"].write_text(
+        f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
+        f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
+        f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
+        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown)
+        + (f"\nNo value in any run (not shown): {', '.join(empty)}.\n" if empty else ""))
+
+    # the aggregation reads the runs this selection kept
+    frame = E.run_frame(tracking.with_split_tags(runs))
+    tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
+    frame = E.with_random_rows(frame)
+    tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), intervals=heldout_intervals(ws, runs))
+    for k, df in tables.items():
+        df.to_csv(paths[k], index=False)
+    heldout, splits = tables["heldout"], tables["splits"]
+    paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables))
     files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals")]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
@@ -254,29 +287,17 @@ def run(cfg) -> dict:
         files.append(paths["heldout_png"])
     files += dataset_figures.write(ws).values()
     run_id = tracking.log_evaluation(
-        cfg, tables={"runs": shown, "heldout": heldout, "splits": splits, "ablation": ablation,
-                     "intervals": intervals}, files=files,
+        cfg, tables={"runs": shown, **tables}, files=files,
         params={"select": select, "topk_min_records": cfg.train.topk_min_records, "runs": len(table),
                 "latest_only": cfg.compare.latest_only, **{f"selection.{k}": "/".join(v) for k, v in sel.items()}},
         tags={"report": name})
     with pd.option_context("display.width", 250, "display.max_columns", 40):
         print(f"\nstage=compare, workspace {ws.name}, {what}: {len(table)} runs ({state})")
-        for title, report in (
-                ("leave one network out (test part, mean [min, max] over seeds; mean rows over networks)",
-                 heldout_report(_models(cfg, heldout)) if len(heldout) else None),
-                ("every split over its runs (test part)", split_report(_models(cfg, splits)) if len(splits) else None)):
-            if report is None:
-                continue
-            report, empty = with_values(report)
-            print(f"{title}:")
-            print(report.to_string(index=False))
-            if empty:
-                print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
-                      f"{cfg.train.topk_min_records} test records: train.topk_min_records)")
+        print_tables(cfg, heldout, splits)
         left = int((~chosen).sum())
         if left:
             print(f"{left} other training runs of this workspace (select them with split=, model=, features=)")
         print(f"written: {paths['md']}, {paths['evaluation'].name}, {name}.csv and the tables and charts beside "
               f"them (MLflow run {run_id})")
     return {"runs": len(table), "report": str(paths["md"]), "evaluation": str(paths["evaluation"]),
-            "heldout_rows": len(heldout), "ablation_rows": len(ablation)}
+            "heldout_rows": len(heldout), "ablation_rows": len(tables["ablation"])}

@@ -3,7 +3,7 @@
 `measure.mode` picks where the kernels run (pipeline/runner/modes.py): on the executor's
 devices (`executor=local`: here; `executor=ray`: the measuring nodes of a Ray cluster,
 one batch per machine at a time), in child processes of the kernel harness
-(pipeline/core/harness.py, TVM runtime only), so a kernel that crashes or hangs becomes
+(pipeline/device/harness.py, TVM runtime only), so a kernel that crashes or hangs becomes
 an error row and the rest go on; or on a device host through an exported bundle whose
 results are imported back. Every row says where it was measured (`hardware`, CPU model
 and count, GPU name and driver) and whether the CPU cache was flushed before each repeat
@@ -17,7 +17,7 @@ stage=replay builds it again, and the next measure run times it.
 
 from __future__ import annotations
 
-from pipeline.core import executor as E
+from pipeline.compute import executor as E
 from pipeline.runner.measurements import measure
 
 

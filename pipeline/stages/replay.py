@@ -19,10 +19,10 @@ import time
 
 
 from pipeline.core import database as D
-from pipeline.core import executor as E
-from pipeline.core.progress import progress
+from pipeline.compute import executor as E
+from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
-from pipeline.core.targets import target_dict
+from pipeline.shims.targets import target_dict
 from pipeline.core.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def run(cfg) -> dict:
     counts = {"built": 0, "failed": 0}
     if jobs:
         # TVM takes seconds to import: loaded when there is something to build.
-        from pipeline.core.builder import build_record
+        from pipeline.compute.builder import build_record
 
         with E.create(cfg) as executor:
             log.info("building %d kernels on %s (%d already built)", len(jobs), executor.describe(), skipped)

@@ -18,11 +18,11 @@ import logging
 import pandas as pd
 
 from pipeline.core import database as D
-from pipeline.core import executor as E
-from pipeline.core.progress import progress
+from pipeline.compute import executor as E
+from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
-from pipeline.core.targets import make_target, target_dict
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.shims.targets import make_target, target_dict
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 from pipeline.tenset.candidates import add_records
 

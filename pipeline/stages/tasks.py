@@ -24,7 +24,7 @@ import pandas as pd
 from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.core import release as R
-from pipeline.core.targets import make_target, target_dict, target_json
+from pipeline.shims.targets import make_target, target_dict, target_json
 from pipeline.core.workspace import SELECTION_KEY, Workspace
 from pipeline.workloads import args_of, flops_of, load_workloads
 

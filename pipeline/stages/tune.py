@@ -28,14 +28,15 @@ import json
 import logging
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
 from omegaconf import OmegaConf
 
 from models import tracking
-from pipeline.core import executor, identity
+from pipeline.compute import executor
+from pipeline.core import identity
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
 from pipeline.tuning import TuneError
@@ -67,40 +68,87 @@ def _check(t) -> None:
         raise TuneError(f"tune.task_scheduler={t.task_scheduler!r}; valid: {', '.join(SCHEDULERS)}")
 
 
+@dataclass
+class Plan:
+    """What a tune run compares: the items and their tasks, the kinds, `ours` and what the
+    report must say about them, and the folders of its runs."""
+
+    items: list
+    tasks: list
+    target: object
+    kinds: list[str]
+    ours: object = None
+    ours_uri: str | None = None
+    notes: list[str] = field(default_factory=list)
+    caveat: str | None = None
+    work: Path | None = None
+    results: Path | None = None
+    labels: dict = field(default_factory=dict)
+
+
+def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
+    """The items, `ours` (checked against the tuned tasks) and the run folders of `cfg.tune`."""
+    t = cfg.tune
+    items, target = tuning_tasks.choose(cfg, ws)
+    p = Plan(items, [task for item in items for task in item.tasks], target, kinds)
+    if set(kinds) & set(tuning_kinds.OURS):
+        p.ours, p.ours_uri = tuning_kinds.load_ours(cfg)
+        held = tuning_kinds.held_out(p.ours.info, {x.name: identity.task_id(x.mod) for x in p.tasks},
+                                     require=bool(t.require_held_out))
+        log.info("%s", held.text)
+        p.notes.append(held.text)
+    # one XGBModel serves all of a network's tuned tasks; a task tuned on its own gets its own
+    seen_by_xgb = min(int(t.trials) * (len(item.tasks) if isinstance(item, Network) else 1) for item in items)
+    p.caveat = tuning_kinds.warmup_note(kinds, seen_by_xgb, int(t.xgb_warmup))
+    if p.caveat:
+        log.warning("%s", p.caveat)
+    options = OmegaConf.to_container(t, resolve=True)
+    # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
+    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", *OURS_OPTIONS)}
+    info = p.ours.info if p.ours is not None else {}
+    key = _digest([settings, str(target), [x.name for x in p.tasks]])
+    model_tag = _digest([str(p.ours_uri), str(info.get("run_id")), str(info.get("version")),
+                         {k: options.get(k) for k in OURS_OPTIONS}])[:8]
+    p.labels = {k: f"{k}-{model_tag}" for k in tuning_kinds.OURS} if p.ours is not None else {}
+    p.results = Path(str(t.results)) / ws.name / key if t.get("results") else None
+    p.work = ws.root / "tune" / key
+    return p
+
+
+def tune(cfg, p: Plan, on_finished) -> comparison.Comparison:
+    """Every run of the plan, here or as jobs of the configured executor's cluster."""
+    t = cfg.tune
+    ex = executor.create(cfg)
+    # on a cluster every node builds with its own cores; here, with cfg.jobs of them (0 = all)
+    threads = int(cfg.jobs) or os.cpu_count() or 1
+    spec = comparison.setup_spec(t, p.target, threads if ex.runs_here else 0)
+    seeds = [int(s) for s in t.seeds]
+    run_args = dict(drop_on_failure=tuning_kinds.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=on_finished)
+    try:
+        if not ex.runs_here:
+            remote = Remote.create(ex, spec, ours=p.ours, kinds=p.kinds, xgb_warmup=int(t.xgb_warmup))
+            setup = comparison.Setup(p.target, int(t.trials), int(t.per_iter), None, None, None, 0, p.work,
+                                     labels=p.labels, results=p.results)
+            return comparison.compare(p.items, p.kinds, seeds, None, setup, remote=remote, **run_args)
+        setup = replace(comparison.make_setup(spec, p.work), labels=p.labels, results=p.results)
+        try:
+            return comparison.compare(
+                p.items, p.kinds, seeds,
+                comparison.cost_models(ours=p.ours, threads=threads, xgb_warmup=int(t.xgb_warmup)), setup,
+                before_first=lambda: comparison.warm_up_for(setup, p.tasks), **run_args)
+        finally:
+            setup.builder.close()
+    finally:
+        ex.close()
+
+
 def run(cfg) -> dict:
     t = cfg.tune
     kinds = tuning_kinds.check_kinds([str(n) for n in t.cost_models])
     _check(t)
     ws = Workspace.from_cfg(cfg)
-    items, target = tuning_tasks.choose(cfg, ws)
-    tasks = [task for item in items for task in item.tasks]
-    ours, ours_uri = tuning_kinds.load_ours(cfg) if set(kinds) & set(tuning_kinds.OURS) else (None, None)
-    notes = []
-    if ours is not None:
-        held = tuning_kinds.held_out(ours.info, {x.name: identity.task_id(x.mod) for x in tasks},
-                                      require=bool(t.require_held_out))
-        log.info("%s", held.text)
-        notes.append(held.text)
-    # one XGBModel serves all of a network's tuned tasks; a task tuned on its own gets its own
-    seen_by_xgb = min(int(t.trials) * (len(item.tasks) if isinstance(item, Network) else 1) for item in items)
-    caveat = tuning_kinds.warmup_note(kinds, seen_by_xgb, int(t.xgb_warmup))
-    if caveat:
-        log.warning("%s", caveat)
-    ex = executor.create(cfg)
-    # on a cluster every node builds with its own cores; here, with cfg.jobs of them (0 = all)
-    threads = int(cfg.jobs) or os.cpu_count() or 1
-    spec = comparison.setup_spec(t, target, threads if ex.runs_here else 0)
+    p = plan(cfg, ws, kinds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    options = OmegaConf.to_container(t, resolve=True)
-    # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
-    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", *OURS_OPTIONS)}
-    info = ours.info if ours is not None else {}
-    key = _digest([settings, str(target), [x.name for x in tasks]])
-    model_tag = _digest([str(ours_uri), str(info.get("run_id")), str(info.get("version")),
-                         {k: options.get(k) for k in OURS_OPTIONS}])[:8]
-    labels = {k: f"{k}-{model_tag}" for k in tuning_kinds.OURS} if ours is not None else {}
-    results = Path(str(t.results)) / ws.name / key if t.get("results") else None
-    work = ws.root / "tune" / key
 
     def stamped(df: pd.DataFrame) -> pd.DataFrame:
         return (df if len(df) else pd.DataFrame(columns=TRIAL_COLUMNS)).rename(columns={"index": "trial"}).assign(
@@ -110,54 +158,41 @@ def run(cfg) -> dict:
         if done["trials"]:
             write_part(stamped(pd.DataFrame(done["trials"])), S.TUNE_TRIALS, ws.root / "tune_trials")
 
-    run_args = dict(drop_on_failure=tuning_kinds.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=finished)
-    try:
-        if ex.runs_here:
-            setup = replace(comparison.make_setup(spec, work), labels=labels, results=results)
-            try:
-                result = comparison.compare(
-                    items, kinds, [int(s) for s in t.seeds],
-                    comparison.cost_models(ours=ours, threads=threads, xgb_warmup=int(t.xgb_warmup)), setup,
-                    before_first=lambda: comparison.warm_up_for(setup, tasks), **run_args)
-            finally:
-                setup.builder.close()
-        else:
-            remote = Remote.create(ex, spec, ours=ours, kinds=kinds, xgb_warmup=int(t.xgb_warmup))
-            setup = comparison.Setup(target, int(t.trials), int(t.per_iter), None, None, None, 0, work, labels=labels,
-                                 results=results)
-            result = comparison.compare(items, kinds, [int(s) for s in t.seeds], None, setup, remote=remote, **run_args)
-    finally:
-        ex.close()
-    end_to_end = result.end_to_end
+    result = tune(cfg, p, finished)
     hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
     if len(hosts) > 1:
-        notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their latencies "
-                     f"compare only where the machines are of one kind.")
-
+        p.notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their "
+                       f"latencies compare only where the machines are of one kind.")
     trials = stamped(result.trials)
-    network = items[0].name if isinstance(items[0], Network) else None
+    network = p.items[0].name if isinstance(p.items[0], Network) else None
     kind = str(t.tasks)
-    scope = f"{network}'s {len(tasks)} heaviest of {items[0].n_tasks} tasks" if network else kind
+    scope = f"{network}'s {len(p.tasks)} heaviest of {p.items[0].n_tasks} tasks" if network else kind
     report = tuning_report.write(
-        trials, result.runs, end_to_end, result.dropped, folder=ws.root / "reports",
+        trials, result.runs, result.end_to_end, result.dropped, folder=ws.root / "reports",
         prefix="tune" if kind == "workspace" else f"tune-{network or kind}",
         heading=f"{ws.name}, {scope}, {t.trials} trials per task, seeds {list(t.seeds)}",
         curves_title=f"{ws.name}: best latency vs trials ({t.trials} per task, seeds {list(t.seeds)})",
-        flops={x.name: x.flops for x in tasks}, weights={x.name: x.weight for x in tasks}, network=network,
-        ours_uri=ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
-        caveat=caveat, notes=notes)
+        flops={x.name: x.flops for x in p.tasks}, weights={x.name: x.weight for x in p.tasks}, network=network,
+        ours_uri=p.ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
+        caveat=p.caveat, notes=p.notes)
     print("\n" + report.text)
+    info = p.ours.info if p.ours is not None else {}
     run_id = tracking.log_tune_run(
         cfg, files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
-        end_to_end=end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
+        end_to_end=result.end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
         tags={"workspace": cfg.workspace, "workspace_path": str(ws.root), "tune.tasks": str(network or kind),
-              "ours_uri": str(ours_uri or ""), "ours_run_id": str(info.get("run_id") or ""),
+              "ours_uri": str(p.ours_uri or ""), "ours_run_id": str(info.get("run_id") or ""),
               "ours_model": str(info.get("model") or ""), "ours_version": str(info.get("version") or ""),
-              "comparison": "no: below xgb's warm-up" if caveat else "yes"})
+              "comparison": "no: below xgb's warm-up" if p.caveat else "yes"})
+    return _outcome(p, result, report, trials, network, run_id)
+
+
+def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None, run_id: str) -> dict:
+    """The stage's result: counts, the report, and the headline figures."""
     runs = result.runs
-    out = {"tasks": len(tasks), "runs": len(runs), "failed_runs": int(runs["error"].notna().sum()) if len(runs) else 0,
-           "trials": int(len(trials)), "reused_runs": result.reused, "report": str(report.files["report_md"]),
-           "mlflow_run": run_id}
+    out = {"tasks": len(p.tasks), "runs": len(runs),
+           "failed_runs": int(runs["error"].notna().sum()) if len(runs) else 0, "trials": int(len(trials)),
+           "reused_runs": result.reused, "report": str(report.files["report_md"]), "mlflow_run": run_id}
     summary = report.summary
     speedup = f"speedup_vs_{tuning_kinds.BASELINE}"
     if len(summary) and "ours" in set(summary["cost_model"]):
@@ -167,6 +202,6 @@ def run(cfg) -> dict:
     if len(report.end_to_end):
         e = report.end_to_end.set_index("cost_model")
         out["e2e_ms"] = ", ".join(f"{cm} {v:.3g}" for cm, v in e["e2e_latency_ms"].items())
-    if caveat:
-        out["note"] = caveat
+    if p.caveat:
+        out["note"] = p.caveat
     return out

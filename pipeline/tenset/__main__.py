@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.executor import ForkedWorker
+from pipeline.compute.executor import ForkedWorker
 
 
 def _check(rec, dag, cuda_target: dict, numerics: bool) -> str:

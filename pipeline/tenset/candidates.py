@@ -16,7 +16,7 @@ import logging
 from pipeline.core import schema as S
 from pipeline.core import database as D
 from pipeline.tenset import replay as RP
-from pipeline.core.progress import progress
+from pipeline.compute.progress import progress
 from pipeline.core.workspace import Workspace, read_table, write_json, write_part
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def add_records(cfg, max_per_task: int | None = None) -> dict:
     """Commits the workspace's replayable Ansor records as candidates (once each)."""
     from tvm.s_tir import meta_schedule as ms
 
-    from pipeline.core.targets import make_target, target_dict
+    from pipeline.shims.targets import make_target, target_dict
 
     ws = Workspace.from_cfg(cfg)
     tasks = read_table(ws.require(ws.tasks, "tasks"))

@@ -1,5 +1,5 @@
 """The comparison: every item (a TIR task or a network) tuned with every cost-model kind and
-seed, on one shared builder (`PersistentBuilder`, pipeline/core/builder.py) and runner.
+seed, on one shared builder (`PersistentBuilder`, pipeline/compute/builder.py) and runner.
 
 What is tuned is a `TirTask` (tune_tir) or a `Network`: some of its tasks (the heaviest)
 tuned jointly as the network calls them (MetaSchedule's task scheduler, weights = calls),
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 from tvm.s_tir import meta_schedule as ms
 
-from pipeline.core.builder import PersistentBuilder
-from pipeline.core.progress import progress
+from pipeline.compute.builder import PersistentBuilder
+from pipeline.compute.progress import progress
 from pipeline.core.workspace import atomic_write_bytes
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
@@ -212,6 +212,26 @@ def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], o
     return {"row": row, "trials": run_trials, "end_to_end": net}
 
 
+def pending(items: list, kinds: list[str], seeds: list[int], setup: Setup, reuse: bool) -> tuple[list, list[dict]]:
+    """(the runs to tune as (item, seed, kind), the finished runs found in their work folder or
+    in `setup.results`). A run to tune starts from an empty folder: a run cut short leaves a
+    partial database that would seed its search."""
+    todo, earlier = [], []
+    for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
+        work_dir = setup.work / setup.folder(item.name, kind, seed)
+        saved = work_dir / "result.json"
+        kept = setup.results / setup.folder(item.name, kind, seed) / "result.json" if setup.results else None
+        if reuse and not saved.is_file() and kept is not None and kept.is_file():
+            saved = kept
+        if reuse and saved.is_file():
+            log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
+            earlier.append(json.loads(saved.read_text()))
+            continue
+        shutil.rmtree(work_dir, ignore_errors=True)
+        todo.append((item, seed, kind))
+    return todo, earlier
+
+
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
             setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
             before_first: Callable[[], None] | None = None, remote: Remote | None = None,
@@ -228,25 +248,13 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
     (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
     `on_finished(done)` is called with each run that finishes without error, once it is saved."""
-    trials, runs, e2e, dropped, reused = [], [], [], {}, 0
-    todo = []
-    for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
-        work_dir = setup.work / setup.folder(item.name, kind, seed)
-        saved = work_dir / "result.json"
-        kept = setup.results / setup.folder(item.name, kind, seed) / "result.json" if setup.results else None
-        if reuse and not saved.is_file() and kept is not None and kept.is_file():
-            saved = kept
-        if reuse and saved.is_file():
-            done = json.loads(saved.read_text())
-            log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
-            runs.append(done["row"])
-            trials += done["trials"]
-            if done["end_to_end"] is not None:
-                e2e.append(done["end_to_end"])
-            reused += 1
-            continue
-        shutil.rmtree(work_dir, ignore_errors=True)
-        todo.append((item, seed, kind))
+    trials, runs, e2e, dropped = [], [], [], {}
+    todo, earlier = pending(items, kinds, seeds, setup, reuse)
+    for done in earlier:
+        runs.append(done["row"])
+        trials += done["trials"]
+        if done["end_to_end"] is not None:
+            e2e.append(done["end_to_end"])
 
     def keep(done: dict) -> None:
         row = done["row"]
@@ -292,4 +300,4 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
                 raise KeyboardInterrupt
     if e2e:
         e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
-    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, reused)
+    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, len(earlier))

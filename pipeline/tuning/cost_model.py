@@ -58,7 +58,7 @@ from models.residual import SessionResidual, record_rows
 from models.tables import TrainingTable, concat_tables, restricted_table
 from pipeline.core import release
 from pipeline.core import schema as S
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from pipeline.core import database as D
 from pipeline.core import schema as S
-from pipeline.core.targets import make_target, target_dict
+from pipeline.shims.targets import make_target, target_dict
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
 from pipeline.tuning import TuneError
 from pipeline.tuning.comparison import Network, TirTask

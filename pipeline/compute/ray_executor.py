@@ -1,4 +1,4 @@
-"""`executor=ray`: the per-item stages' jobs as tasks on a Ray cluster (see pipeline/core/executor.py).
+"""`executor=ray`: the per-item stages' jobs as tasks on a Ray cluster (see pipeline/compute/executor.py).
 
 The driver (the `python -m pipeline` process) owns the workspace; the nodes need no
 shared filesystem. Each job travels with the bytes of the files it reads (kernel
@@ -30,7 +30,7 @@ import socket
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.executor import POLL_S, Executor, files_of, put_files, run_shipped
+from pipeline.compute.executor import POLL_S, Executor, files_of, put_files, run_shipped
 from pipeline.core.extras import require
 
 log = logging.getLogger(__name__)

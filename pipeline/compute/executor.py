@@ -20,7 +20,7 @@ result, so a row never names a file that is not there.
 `local` (this module) runs cpu jobs on long-lived worker processes forked from this one
 (`ForkedWorker`: they start with what this process has imported, TVM included; a job past
 `timeout_s` or whose worker dies becomes the caller's error result) and device jobs one
-after another in this process. `ray` (pipeline/core/ray_executor.py) runs both on a Ray
+after another in this process. `ray` (pipeline/compute/ray_executor.py) runs both on a Ray
 cluster, with the same workers forked from each Ray worker.
 """
 
@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Sequence
 import cloudpickle
 from hydra.utils import instantiate
 
-from pipeline.core.harness import die_with_parent
+from pipeline.device.harness import die_with_parent
 from pipeline.core.workspace import atomic_write_bytes
 
 # Seconds between two looks at jobs in flight: map() yields (possibly nothing) at least

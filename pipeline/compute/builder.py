@@ -1,10 +1,10 @@
 """Builds: MetaSchedule's Builder for tuning in long-lived worker processes, and the replay
 of one recorded trace into an exported kernel (`lib/<record_id>.so`), the per-item work
-that stage=replay hands to its executor (pipeline/core/executor.py).
+that stage=replay hands to its executor (pipeline/compute/executor.py).
 
 Why a builder of our own: MetaSchedule's LocalBuilder starts fresh worker processes for
 every batch, and each worker's first build imports `tvm.s_tir.tensor_intrin` (TVMScript
-parsing of every tensor intrinsic: 30-100 s here, see pipeline/core/tvm_compat.py), which
+parsing of every tensor intrinsic: 30-100 s here, see pipeline/shims/tvm_compat.py), which
 costs more than the builds of a 16-trial batch. `PersistentBuilder` runs the same build
 and export functions (LocalBuilder's `default_build` / `default_export`) on TVM's
 `PopenPoolExecutor`, as LocalBuilder does, but in workers that live as long as the
@@ -30,9 +30,9 @@ from tvm.s_tir.meta_schedule.builder import local_builder as lb
 from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
 from pipeline.core import database as D
-from pipeline.core.executor import RECYCLE_AFTER
-from pipeline.core.harness import die_with_parent, short_error
-from pipeline.core.tvm_compat import preload_tensor_intrin
+from pipeline.compute.executor import RECYCLE_AFTER
+from pipeline.device.harness import die_with_parent, short_error
+from pipeline.shims.tvm_compat import preload_tensor_intrin
 
 
 def _worker_init(parent: int, preload_intrinsics: bool) -> None:

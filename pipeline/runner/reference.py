@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core.harness import seeded_inputs
+from pipeline.device.harness import seeded_inputs
 
 
 def sample_positions(size: int, sample: int, rng) -> np.ndarray:

@@ -789,7 +789,7 @@ def batch_jobs(jobs: list[dict], batch_size: int, events: str, **run) -> list[di
 
 
 def supervise_job(job: dict, root: str) -> list[dict]:
-    """One executor job (pipeline/core/executor.py): a batch of kernels supervised under
+    """One executor job (pipeline/compute/executor.py): a batch of kernels supervised under
     one instrument, its events in `<root>/<job["events"]>` (resumed: the done events of an
     interrupted run are kept), the done events returned. job: jobs, events, device,
     instrument, options, timeout_s, and optionally rounds (`supervise_rounds`)."""
