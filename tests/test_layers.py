@@ -81,16 +81,11 @@ def stages_importing_stages(root: Path) -> list[str]:
     return bad
 
 
-#: the one module that may extend sys.path: it imports a user's own network from the working
-#: folder (dataset.module, tune.tasks), as `python -m` would; never a project module
-USER_MODULE_RESOLVER = Path("pipeline/workloads/relax.py")
-
-
 def sys_path_edits(root: Path) -> list[str]:
     return [f"{rel}:{n.lineno}" for rel, tree in modules(root) for n in ast.walk(tree)
             if isinstance(n, ast.Attribute) and n.attr in ("insert", "append", "extend")
             and isinstance(n.value, ast.Attribute) and n.value.attr == "path"
-            and getattr(n.value.value, "id", "") == "sys" and rel != USER_MODULE_RESOLVER]
+            and getattr(n.value.value, "id", "") == "sys"]
 
 
 RULES = {

@@ -10,6 +10,8 @@ named after the function.
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import logging
 import os
@@ -42,15 +44,34 @@ def is_spec(text: str) -> bool:
     return ":" in str(text)
 
 
+def _import(module: str):
+    """`module`, found as Python finds it, or else in the working folder (as `python -m` would
+    find it there), without changing sys.path."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        top = module.split(".")[0]
+        if e.name != top or top in sys.modules:
+            raise
+        spec = importlib.machinery.PathFinder.find_spec(top, [os.getcwd()])
+        if spec is None or spec.loader is None:
+            raise
+        sys.modules[top] = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(sys.modules[top])
+        except BaseException:
+            del sys.modules[top]
+            raise
+        return importlib.import_module(module)
+
+
 def resolve(spec: str, key: str):
     """The function that `spec` names; `key` is the config key that gave it (for the message)."""
     module, _, attr = str(spec).partition(":")
     if not module or not attr or ":" in attr:
         raise PipelineError(f"{key}={spec!r}: give the function as {FORM}, e.g. {key}=mypkg.models:build")
-    if os.getcwd() not in sys.path and "" not in sys.path:  # a module in the working folder, as `python -m` finds it
-        sys.path.append(os.getcwd())
     try:
-        mod = importlib.import_module(module)
+        mod = _import(module)
     except ModuleNotFoundError as e:
         if e.name and module.startswith(e.name):
             raise PipelineError(f"{key}={spec!r}: module {module!r} cannot be imported ({e}); run from the folder "
