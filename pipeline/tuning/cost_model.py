@@ -8,7 +8,7 @@
 MetaSchedule hands the cost model schedules it has not measured, so only static features
 can be computed for them: the adapter runs MetaSchedule's own PerStoreFeature on the
 candidates (the extractor that stage=collect runs on the dataset's traces) and rebuilds
-from its per-store rows exactly the columns the model was trained on (`static.<agg>.<feature>`
+(features/candidates.py) from its per-store rows exactly the columns the model was trained on (`static.<agg>.<feature>`
 aggregates, `static.n_stores`, and the per-store rows of store models; see
 pipeline/core/schema.py). A model trained on profiler counters (features=profiler or all) is
 refused: counters exist only after a kernel has run.
