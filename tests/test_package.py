@@ -48,6 +48,15 @@ def test_pyproject_lists_every_package_and_config_group():
                                                               "features.ncu.profiles": "ncu_profiles"}
 
 
+def test_ci_wheel_smoke_copies_the_same_sources():
+    """CI builds its wheel from the files .ci/wheel_smoke copies: a source the wheel needs and
+    that copy leaves out fails only there, after the whole test suite."""
+    script = (ROOT / ".ci" / "wheel_smoke").read_text()
+    (line,) = [l for l in script.splitlines() if "git ls-files" in l and " -- " in l]
+    copied = line.split(" -- ", 1)[1].split(")", 1)[0].split()
+    assert copied == list(SOURCES), f".ci/wheel_smoke copies {copied}; the wheel is built from {list(SOURCES)}"
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The project's wheel, built from a copy of the sources (a build writes build/ and *.egg-info
