@@ -1,4 +1,4 @@
-"""Profilers of built kernels (`collect.profiler`), chosen with `create(kind, cfg)`.
+"""Profilers of built kernels (`collect.profiler`), chosen with `create(kind, settings)`.
 
 A profiler names the tables it fills (`tables()`, the per-record one first) and turns
 jobs (record_id, task_id, artifact, args) into rows with `profile(jobs, errors, root=,
@@ -8,19 +8,34 @@ comes; `errors` are rows of records that cannot be profiled (not built, failed t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 from features.cpu_counters import CpuCounters
-from features.ncu.profile import NcuProfiler
+from features.ncu.profile import NcuProfiler, Options
 from pipeline.core.registry import choose
+
+
+@dataclass
+class ProfilerSettings:
+    """What the profilers read, made once by the stage from `collect.*` (pipeline/stages/options.py):
+    the target's kind (what `auto` picks by), CpuCounters' keyword arguments (`collect.perf`),
+    and Nsight Compute's options, section set, report folder, the shard's tag on its report
+    files and the target's name (`collect.ncu`)."""
+
+    target_kind: str = "llvm"
+    perf: dict = field(default_factory=dict)
+    ncu: Options = field(default_factory=Options)
+    ncu_set: str | None = None
+    report_dir: Path = Path("ncu_profiles")
+    tag: str = "shard0"
+    target: str = ""
 
 
 class NoProfiler:
     """collect.profiler=none: static features only."""
 
     name = "none"
-
-    @classmethod
-    def from_cfg(cls, cfg) -> "NoProfiler":
-        return cls()
 
     def tables(self) -> tuple:
         return ()
@@ -29,17 +44,21 @@ class NoProfiler:
         return {}
 
 
-def for_target(cfg):
+def for_target(s: ProfilerSettings):
     """collect.profiler=auto: Nsight Compute on a CUDA target, perf counters otherwise."""
-    return create(AUTO.get(str(cfg.target.kind), "perf"), cfg)
+    return create(AUTO.get(s.target_kind, "perf"), s)
 
 
 # target kind -> the profiler `auto` picks (perf for any other kind).
 AUTO = {"cuda": "ncu"}
-PROFILERS = {"perf": CpuCounters.from_cfg, "ncu": NcuProfiler.from_cfg, "none": NoProfiler.from_cfg,
-             "auto": for_target}
+PROFILERS = {
+    "perf": lambda s: CpuCounters(**s.perf),
+    "ncu": lambda s: NcuProfiler(s.ncu, s.report_dir, s.ncu_set, s.tag, s.target),
+    "none": lambda s: NoProfiler(),
+    "auto": for_target,
+}
 
 
-def create(kind: str, cfg):
-    """The profiler `kind`, configured from `collect.*`."""
-    return choose("collect.profiler", PROFILERS, kind)(cfg)
+def create(kind: str, settings: ProfilerSettings):
+    """The profiler `kind` with `settings`."""
+    return choose("collect.profiler", PROFILERS, kind)(settings)

@@ -310,7 +310,7 @@ def test_cost_model_kinds():
     assert isinstance(tuning_kinds.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
     assert isinstance(tuning_kinds.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
     with pytest.raises(TuneError,
-                       match=r"unknown \['catboost'\]; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
+                       match=r"tune.cost_models='catboost'; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
         tuning_kinds.create("catboost", seed=0, threads=1)
     for kind in tuning_kinds.OURS:
         with pytest.raises(TuneError, match=f"`{kind}` needs the loaded pipeline model"):

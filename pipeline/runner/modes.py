@@ -1,4 +1,4 @@
-"""Measure modes (`measure.mode`), chosen with `create(kind, cfg, ws, executor)`.
+"""Measure modes (`measure.mode`), chosen with `create(kind, settings, ws, executor)`.
 
 `local` runs the kernels under the kernel harness's supervisor (timer instrument) on the
 executor's devices: this machine (`executor=local`) or the measuring nodes of a Ray
@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Iterator
-
-from omegaconf import OmegaConf
 
 from pipeline.device import harness
 from pipeline.core.errors import PipelineError
@@ -26,21 +25,38 @@ from pipeline.runner.bundle import export_bundle, read_results, results_folders
 log = logging.getLogger(__name__)
 
 
-def device_kind(cfg) -> str:
-    return "cuda" if str(cfg.target.kind) == "cuda" else "cpu"
+@dataclass
+class MeasureSettings:
+    """The `measure` group as the modes read it (a stage makes it once from its config,
+    pipeline/stages/options.py): where kernels run (`device`: cpu | cuda, the harness's
+    device kind), MetaSchedule's runner semantics for the timer, the harness's limits, and
+    the shard (its events file and bundle are its own)."""
 
+    device: str = "cpu"
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: int = 20
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    cache_flush: bool = True
+    rounds: int = 1
+    timeout_s: float = 30.0
+    batch_size: int = 64
+    bundle_runtime: bool = True
+    results: list[str] = field(default_factory=list)
+    shard_index: int = 0
+    shard_count: int = 1
+    force: bool = False
 
-def timer_options(cfg) -> dict:
-    """The timer instrument's options from `measure.*` (MetaSchedule runner semantics)."""
-    m = cfg.measure
-    return dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
-                rtol=float(m.rtol), atol=float(m.atol), cache_flush=int(bool(m.cache_flush)))
+    def timer_options(self) -> dict:
+        """The timer instrument's options (MetaSchedule runner semantics)."""
+        return dict(number=int(self.number), repeat=int(self.repeat), min_repeat_ms=int(self.min_repeat_ms),
+                    rtol=float(self.rtol), atol=float(self.atol), cache_flush=int(bool(self.cache_flush)))
 
-
-def harness_options(cfg) -> dict:
-    """The harness command line's timing options on a device host: the timer's, and the
-    interleaved rounds (`measure.rounds`)."""
-    return dict(timer_options(cfg), rounds=int(cfg.measure.rounds))
+    def harness_options(self) -> dict:
+        """The harness command line's timing options on a device host: the timer's, and the
+        interleaved rounds."""
+        return dict(self.timer_options(), rounds=int(self.rounds))
 
 
 class MeasureMode:
@@ -73,16 +89,15 @@ class Local(MeasureMode):
         self.executor, self.rounds = executor, max(1, int(rounds))
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
-        kind = device_kind(cfg)
+    def from_settings(cls, s: MeasureSettings, ws: Workspace, executor: Executor) -> "Local":
         # one file per shard of one sharding: runs of other shardings never share it
-        count = int(cfg.shard.count)
-        events = "runner/results.jsonl" if count <= 1 else f"runner/results-{int(cfg.shard.index)}-of-{count}.jsonl"
-        mode = cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   events, executor, int(cfg.measure.rounds))
+        count = s.shard_count
+        events = "runner/results.jsonl" if count <= 1 else f"runner/results-{s.shard_index}-of-{count}.jsonl"
+        mode = cls(ws.root, s.device, s.timer_options(), float(s.timeout_s), int(s.batch_size), events, executor,
+                   int(s.rounds))
         if executor.runs_here:
-            ensure_device(kind)
-            if cfg.force:
+            ensure_device(s.device)
+            if s.force:
                 mode.forget_events()
         return mode
 
@@ -114,9 +129,9 @@ class Export(MeasureMode):
         self.written: dict = {}
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Export":
-        return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), harness_options(cfg),
-                   float(cfg.measure.timeout_s), bool(cfg.measure.bundle_runtime))
+    def from_settings(cls, s: MeasureSettings, ws: Workspace, executor: Executor) -> "Export":
+        return cls(ws.root, ws.root / f"bundle-{s.shard_index}", s.device, s.harness_options(), float(s.timeout_s),
+                   bool(s.bundle_runtime))
 
     def results(self, jobs):
         archive = export_bundle(self.root, jobs, self.dest, self.device, self.options, self.timeout_s,
@@ -142,12 +157,11 @@ class Import(MeasureMode):
         self.key = key
 
     @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Import":
-        if not cfg.measure.results:
+    def from_settings(cls, s: MeasureSettings, ws: Workspace, executor: Executor) -> "Import":
+        if not s.results:
             raise PipelineError("measure.mode=import needs measure.results=<results.jsonl, or the results folder or "
                                 "results-part-<k>.tar.gz of a bundle part, from the device host>")
-        res = cfg.measure.results
-        return cls(list(res) if OmegaConf.is_list(res) else str(res))
+        return cls(list(s.results))
 
     def events(self) -> list[dict]:
         """Every `done` event of the results."""
@@ -175,9 +189,9 @@ class Import(MeasureMode):
 MODES = {"local": Local, "export": Export, "import": Import}
 
 
-def create(kind: str, cfg, ws: Workspace, executor: Executor) -> MeasureMode:
-    """The measure mode `kind` configured from `measure.*` (local on this machine checks for its device)."""
-    return choose("measure.mode", MODES, kind).from_cfg(cfg, ws, executor)
+def create(kind: str, settings: MeasureSettings, ws: Workspace, executor: Executor) -> MeasureMode:
+    """The measure mode `kind` with `settings` (local on this machine checks for its device)."""
+    return choose("measure.mode", MODES, kind).from_settings(settings, ws, executor)
 
 
 def ensure_device(kind: str) -> None:

@@ -50,6 +50,8 @@ from pipeline.core.workspace import Workspace
 from pipeline.runner import bundle, modes, wheels
 from pipeline.runner.jobs import kernel_jobs
 from pipeline.runner.measurements import measure
+from pipeline.stages.options import (executor_of, measure_row_options, measure_settings, profiler_settings, shard_of,
+                                     workspace_of)
 
 log = logging.getLogger(__name__)
 
@@ -192,8 +194,9 @@ def collect_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, prof
 def bundle_spec(cfg, profiler) -> dict:
     """part.json of collect's bundle: where the kernels run, the timer's options and, with the
     ncu profiler, the ncu command (its report path `{report}` filled in on the host)."""
-    spec = dict(device=modes.device_kind(cfg), python=str(cfg.bundle.python), ncu=None,
-                measure=dict(options=modes.harness_options(cfg), timeout_s=float(cfg.measure.timeout_s)))
+    settings = measure_settings(cfg)
+    spec = dict(device=settings.device, python=str(cfg.bundle.python), ncu=None,
+                measure=dict(options=settings.harness_options(), timeout_s=settings.timeout_s))
     if isinstance(profiler, NcuProfiler):
         o = profiler.options
         argv = ncu_command.build_command([], "{report}.ncu-rep", ncu="ncu", metrics=o.metrics,
@@ -237,7 +240,7 @@ def import_profiler(cfg, ws: Workspace, cands: pd.DataFrame, shard: Shard, profi
                             "unpacked folders, or a folder holding them>")
     paths = [str(p) for p in res] if OmegaConf.is_list(res) else [str(res)]
     counts = {f"measure_{k}": v for k, v in
-              measure(cfg, executor, modes.Import(paths, key="collect.results")).items()}
+              measure(ws, shard, modes.Import(paths, key="collect.results"), **measure_row_options(cfg)).items()}
     tables = profiler.tables()
     if not isinstance(profiler, NcuProfiler):
         return counts
@@ -273,13 +276,13 @@ MODES = {"local": collect_profiler, "export": export_profiler, "import": import_
 
 
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    shard = Shard.from_cfg(cfg)
+    ws = workspace_of(cfg)
+    shard = shard_of(cfg)
     cands = ws.read("candidates", require=True)
-    profiler = profilers.create(str(cfg.collect.profiler), cfg)
+    profiler = profilers.create(str(cfg.collect.profiler), profiler_settings(cfg))
     mode = choose("collect.mode", MODES, str(cfg.collect.get("mode", "local")))
     counts: dict = {"records": len(shard.of(cands))}
-    with E.create(cfg) as executor:
+    with executor_of(cfg) as executor:
         if bool(cfg.collect.static):
             counts.update(collect_static(cfg, ws, cands, shard, executor))
         counts.update(mode(cfg, ws, cands, shard, profiler, executor))
