@@ -24,8 +24,8 @@ class ProfilerSettings:
     files and the target's name (`collect.ncu`)."""
 
     target_kind: str = "llvm"
-    perf: dict = field(default_factory=dict)
-    ncu: Options = field(default_factory=Options)
+    perf: dict | None = field(default_factory=dict)
+    ncu: Options | None = field(default_factory=Options)
     ncu_set: str | None = None
     report_dir: Path = Path("ncu_profiles")
     tag: str = "shard0"
@@ -51,9 +51,18 @@ def for_target(s: ProfilerSettings):
 
 # target kind -> the profiler `auto` picks (perf for any other kind).
 AUTO = {"cuda": "ncu"}
+def _settings_of(s: ProfilerSettings, kind: str, group: str):
+    """The settings `kind` reads; a `collect` option without them is named with the one that has them."""
+    value = getattr(s, kind)
+    if value is None:
+        raise ValueError(f"collect.profiler={kind} needs collect.{kind}, which this collect option lacks; "
+                         f"choose collect={group} (or collect=auto)")
+    return value
+
+
 PROFILERS = {
-    "perf": lambda s: CpuCounters(**s.perf),
-    "ncu": lambda s: NcuProfiler(s.ncu, s.report_dir, s.ncu_set, s.tag, s.target),
+    "perf": lambda s: CpuCounters(**_settings_of(s, "perf", "cpu")),
+    "ncu": lambda s: NcuProfiler(_settings_of(s, "ncu", "ncu"), s.report_dir, s.ncu_set, s.tag, s.target),
     "none": lambda s: NoProfiler(),
     "auto": for_target,
 }

@@ -81,6 +81,8 @@ def test_profiler_settings_pick_the_profiler_of_the_target(tmp_path):
     assert isinstance(perf, CpuCounters) and perf.batch_size == compose(["collect=cpu"]).collect.perf.batch_size
     with pytest.raises(Exception, match="collect.profiler='vtune'; valid: perf, ncu, none, auto"):
         profilers.create("vtune", s)
+    with pytest.raises(ValueError, match="collect.profiler=ncu needs collect.ncu.*choose collect=ncu"):
+        profilers.create("ncu", options.profiler_settings(compose(["collect=cpu"])))
 
 
 def test_tuning_options_and_their_defaults():

@@ -116,22 +116,26 @@ def measure_row_options(cfg) -> dict:
 
 def profiler_settings(cfg) -> ProfilerSettings:
     """The `collect` group's profilers: `collect.perf`, `collect.ncu` (a section set, or the
-    curated metric list resolved here), the report folder of the workspace and device."""
+    curated metric list resolved here; each None where the chosen `collect` option has none),
+    the report folder of the workspace and device."""
     from features.ncu import metrics as M
     from features.ncu.profile import Options
     from features.profilers import ProfilerSettings
 
-    n, p = cfg.collect.ncu, cfg.collect.perf
-    section_set = str(n.set) if n.get("set") else None
-    metrics = None if section_set else M.resolve(OmegaConf.to_object(n.metrics) if OmegaConf.is_config(n.metrics)
-                                                else n.metrics)
-    ncu = Options(ncu=str(n.executable), metrics=metrics, section_set=section_set, clock_control=str(n.clock_control),
-                  cache_control=str(n.cache_control), replay_mode=str(n.replay_mode), batch_size=int(n.batch_size),
-                  timeout_s=float(n.timeout_s), warmup=int(n.warmup), extra_args=[str(a) for a in n.extra_args])
     reports = Path(cfg.paths.ncu_profiles).expanduser().resolve()
     report_dir = reports / str(cfg.workspace) / f"device={cfg.target.device}"
-    perf = dict(executable=str(p.executable), events=tuple(p.events), min_time_s=float(p.min_time_s),
-                max_calls=int(p.max_calls), timeout_s=float(p.timeout_s), batch_size=int(p.batch_size))
+    ncu, section_set, perf = None, None, None
+    if (n := cfg.collect.get("ncu")) is not None:
+        section_set = str(n.set) if n.get("set") else None
+        metrics = None if section_set else M.resolve(OmegaConf.to_object(n.metrics) if OmegaConf.is_config(n.metrics)
+                                                    else n.metrics)
+        ncu = Options(ncu=str(n.executable), metrics=metrics, section_set=section_set,
+                      clock_control=str(n.clock_control), cache_control=str(n.cache_control),
+                      replay_mode=str(n.replay_mode), batch_size=int(n.batch_size), timeout_s=float(n.timeout_s),
+                      warmup=int(n.warmup), extra_args=[str(a) for a in n.extra_args])
+    if (p := cfg.collect.get("perf")) is not None:
+        perf = dict(executable=str(p.executable), events=tuple(p.events), min_time_s=float(p.min_time_s),
+                    max_calls=int(p.max_calls), timeout_s=float(p.timeout_s), batch_size=int(p.batch_size))
     return ProfilerSettings(target_kind=str(cfg.target.kind), perf=perf, ncu=ncu, ncu_set=section_set,
                             report_dir=report_dir, tag=f"shard{int(cfg.shard.index)}", target=str(cfg.target.name))
 
