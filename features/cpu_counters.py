@@ -113,6 +113,8 @@ class CpuCounters:
     supervisor (`batch_size` kernels each), one CPU_COUNTERS row per kernel."""
 
     name = "cpu"
+    # counted here or on the executor's nodes, never by a device bundle part
+    on_device_host = False
 
     def __init__(self, executable: str = "perf", events: tuple[str, ...] = tuple(PERF_EVENTS.values()),
                  min_time_s: float = 0.2, max_calls: int = 100000, timeout_s: float = 60.0, batch_size: int = 64):

@@ -4,6 +4,9 @@ A profiler names the tables it fills (`tables()`, the per-record one first) and 
 jobs (record_id, task_id, artifact, args) into rows with `profile(jobs, errors, root=,
 write=, progress=)`, handing each batch of rows to `write(table, rows[, schema])` as it
 comes; `errors` are rows of records that cannot be profiled (not built, failed to run).
+A profiler that a device bundle part runs on the host (`on_device_host`) also gives the
+command the part runs (`host_command(section_folder)`) and reads back what it wrote there
+(`import_host(folder, wanted, write)`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class NoProfiler:
     """collect.profiler=none: static features only."""
 
     name = "none"
+    on_device_host = False
 
     def tables(self) -> tuple:
         return ()

@@ -80,7 +80,7 @@ def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measur
     for index, count in ((0, 1), (0, 2), (1, 2)):
         cfg = compose([*over, f"shard.index={index}", f"shard.count={count}"])
         with executor_of(cfg) as ex:
-            names.add(Local.from_settings(measure_settings(cfg), workspace_of(cfg), ex).events)
+            names.add(Local(measure_settings(cfg), workspace_of(cfg), ex).events)
     assert len(names) == 3  # no two shardings share an events file
 
 

@@ -64,8 +64,13 @@ def test_measure_settings_and_their_defaults():
     assert (s.device, s.rounds, s.results, s.force) == ("cuda", 3, ["a.jsonl", "b"], True)
     assert s.timer_options()["cache_flush"] == 0 and s.harness_options()["rounds"] == 3
     assert options.measure_settings(compose(["measure.results=one.jsonl"])).results == ["one.jsonl"]
-    row = options.measure_row_options(compose(["measure.check_per_task=5"]))
-    assert row == {"device": "cpu", "check_per_task": 5, "force": False}
+    row = options.measure_settings(compose(["measure.check_per_task=5", "target=h100"]))
+    assert (row.device_name, row.check_per_task, row.force, row.results_option) == ("h100", 5, False,
+                                                                                     "measure.results")
+    collect = options.measure_settings(compose(["collect.results=[p.tar.gz]", "bundle.part_mib=8",
+                                                "bundle.wheel_cache=/w"]), results_of="collect")
+    assert (collect.results, collect.results_option) == (["p.tar.gz"], "collect.results")
+    assert (collect.bundle.part_mib, collect.bundle.wheel_cache) == (8.0, "/w")
 
 
 def test_profiler_settings_pick_the_profiler_of_the_target(tmp_path):

@@ -257,8 +257,36 @@ class NcuProfiler:
         self.options, self.report_dir, self.section_set = options, Path(report_dir), section_set
         self.tag, self.target_name = tag, target_name
 
+    # a device bundle part runs this profiler on the host (pipeline/runner/part.py)
+    on_device_host = True
+
     def tables(self) -> tuple[Table, Table]:
         return ncu_tables(self.section_set)
+
+    def host_command(self, section_folder: str) -> dict:
+        """What a bundle part runs: the ncu arguments (its report path `{report}` filled in on
+        the host, the section files in `section_folder`) and the nvtx instrument's options."""
+        o = self.options
+        argv = command.build_command([], "{report}.ncu-rep", ncu="ncu", metrics=o.metrics, section_set=o.section_set,
+                                     clock_control=o.clock_control, cache_control=o.cache_control,
+                                     replay_mode=o.replay_mode, domain=o.domain, extra_args=o.extra_args,
+                                     section_folder=section_folder)
+        return dict(args=argv[1:], options=dict(domain=o.domain, warmup=o.warmup))
+
+    def import_host(self, folder: Path, wanted: dict, write) -> tuple[int, int, set] | None:
+        """The rows of the records in `wanted` (record_id -> task_id) that a bundle part's
+        results folder holds, handed to `write`: (rows, error rows, the records settled); None
+        when ncu did not run there."""
+        part = read_host_results(folder, self.options.domain, self.options.metrics)
+        if part is None:
+            return None
+        keep = {rid for rid in {k["record_id"] for k in part.kernels} | set(part.errors) if rid in wanted}
+        part = Outcome(kernels=[k for k in part.kernels if k["record_id"] in keep],
+                       errors={r: e for r, e in part.errors.items() if r in keep}, units=part.units,
+                       string_metrics=part.string_metrics, metrics=part.metrics, host=part.host)
+        settled = [dict(record_id=r, task_id=wanted[r]) for r in sorted(keep)]
+        ok, bad = write_outcome(part, settled, self.tables(), self.options.metrics, write)
+        return ok, bad, keep
 
     @property
     def batch_size(self) -> int:

@@ -4,24 +4,29 @@ measurements of a device bundle imported by stage=collect)."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pipeline.core import database as D
 from pipeline.device import harness
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
-from pipeline.runner import modes
 from pipeline.runner.jobs import kernel_jobs
+
+if TYPE_CHECKING:
+    from pipeline.runner.modes import Mode
 
 log = logging.getLogger(__name__)
 
 
-def measure(ws: Workspace, shard: Shard, mode: modes.MeasureMode, *, device: str, check_per_task: int,
-            force: bool = False) -> dict:
+def measure(ws: Workspace, shard: Shard, mode: Mode) -> dict:
     """Measure the shard's kernels with `mode` and write the measurements table (error rows
-    for build failures and failed kernels; `device`: the target's device name) and the run
-    times into the MetaSchedule database; `check_per_task` kernels of each task are checked
-    against the unscheduled reference. Returns the counts."""
+    for build failures and failed kernels, under the target's device name of the mode's
+    settings) and the run times into the MetaSchedule database; `check_per_task` kernels of
+    each task are checked against the unscheduled reference; force=true measures again.
+    Returns the counts."""
+    device, check_per_task, force = mode.settings.device_name, mode.settings.check_per_task, mode.settings.force
+    mode.prepare()
     todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=force)
     out = ws.writer("measurements", shard, flush_rows=1 << 30)  # flushed by hand: a part per batch of results
     # Build failures carry over as error rows: every record appears once in measurements.

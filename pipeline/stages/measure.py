@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from pipeline.runner import modes
 from pipeline.runner.measurements import measure
-from pipeline.stages.options import executor_of, measure_row_options, measure_settings, shard_of, workspace_of
+from pipeline.stages.options import executor_of, measure_settings, shard_of, workspace_of
 
 
 def run(cfg) -> dict:
     ws, shard = workspace_of(cfg), shard_of(cfg)
     with executor_of(cfg) as executor:
-        mode = modes.create(str(cfg.measure.mode), measure_settings(cfg), ws, executor)
-        return measure(ws, shard, mode, **measure_row_options(cfg))
+        return measure(ws, shard, modes.create(str(cfg.measure.mode), measure_settings(cfg), ws, executor))

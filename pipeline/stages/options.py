@@ -95,23 +95,25 @@ def device_kind(cfg) -> str:
     return "cuda" if str(cfg.target.kind) == "cuda" else "cpu"
 
 
-def measure_settings(cfg) -> MeasureSettings:
-    """The `measure` group, the target's device kind and the shard, for the measure modes."""
-    from pipeline.runner.modes import MeasureSettings
+def measure_settings(cfg, *, results_of: str = "measure") -> MeasureSettings:
+    """The `measure` and `bundle` groups, the target's device and the shard, for the run modes
+    (pipeline/runner/modes.py); `results_of`: the group whose `results` an import reads
+    (`measure`, or `collect` for its bundle parts)."""
+    from pipeline.runner.modes import BundleSettings, MeasureSettings
 
-    m = cfg.measure
-    res = m.get("results")
+    m, b = cfg.measure, cfg.bundle
+    res = cfg[results_of].get("results")
     results = [str(r) for r in res] if OmegaConf.is_list(res) else [str(res)] if res else []
+    bundle = BundleSettings(python=str(b.python), platform=str(b.platform), part_mib=float(b.part_mib),
+                            part_kernels=int(b.part_kernels), wheel_cache=str(b.wheel_cache) if b.wheel_cache else None,
+                            ncu_chunk=int(b.ncu_chunk), ncu_timeout_s=float(b.ncu_timeout_s))
     return MeasureSettings(device=device_kind(cfg), number=int(m.number), repeat=int(m.repeat),
                            min_repeat_ms=int(m.min_repeat_ms), rtol=float(m.rtol), atol=float(m.atol),
                            cache_flush=bool(m.cache_flush), rounds=int(m.rounds), timeout_s=float(m.timeout_s),
                            batch_size=int(m.batch_size), bundle_runtime=bool(m.bundle_runtime), results=results,
-                           shard_index=int(cfg.shard.index), shard_count=int(cfg.shard.count), force=bool(cfg.force))
-
-
-def measure_row_options(cfg) -> dict:
-    """What `runner.measurements.measure` takes besides the workspace, shard and mode."""
-    return dict(device=str(cfg.target.device), check_per_task=int(cfg.measure.check_per_task), force=bool(cfg.force))
+                           shard_index=int(cfg.shard.index), shard_count=int(cfg.shard.count), force=bool(cfg.force),
+                           device_name=str(cfg.target.device), check_per_task=int(m.check_per_task),
+                           results_option=f"{results_of}.results", bundle=bundle)
 
 
 def profiler_settings(cfg) -> ProfilerSettings:
