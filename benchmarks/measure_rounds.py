@@ -34,6 +34,7 @@ from models.metrics import latency_agreement
 from models.tables import usable_rows
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace
+from pipeline.stages.options import workspace_of
 
 # Tasks with fewer measured kernels in both passes say nothing about ranking.
 MIN_RECORDS = 8
@@ -78,7 +79,7 @@ def main() -> None:
     args = p.parse_args()
     if args.passes < 2 or args.rounds < 2:
         raise SystemExit("--passes and --rounds: give at least 2")
-    ws = Workspace.from_cfg(compose(args.overrides))
+    ws = workspace_of(compose(args.overrides))
     if ws.read("kernels").empty:
         raise SystemExit(f"{ws.root}: no built kernels; run `python -m pipeline stage=replay` with these overrides")
     settings = {"one pass": ["measure.rounds=1", f"measure.repeat={args.rounds * args.repeat}"],

@@ -46,7 +46,7 @@ from pipeline.core import schema as S
 from pipeline.device.harness import Timer, load_kernel
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner.jobs import kernel_jobs
-from pipeline.runner.modes import timer_options
+from pipeline.stages.options import measure_settings, workspace_of
 
 
 def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed: int,
@@ -90,7 +90,7 @@ def main() -> None:
     if args.rounds < 2 or args.rounds % 2:
         raise SystemExit(f"--rounds {args.rounds}: give an even number of at least 2 (half against half)")
     cfg = compose(args.overrides)
-    ws = Workspace.from_cfg(cfg)
+    ws = workspace_of(cfg)
     baseline = None
     if args.baseline:
         old = read_table(args.baseline, S.MEASUREMENTS)
@@ -99,7 +99,7 @@ def main() -> None:
                              f"measurements/ folder")
         old = old[usable_rows(old)]
         baseline = old.drop_duplicates("record_id", keep="last").set_index("record_id")["mean_s"]
-    timer = Timer(**timer_options(cfg))
+    timer = Timer(**measure_settings(cfg).timer_options())
     dev = tvm.cpu(0)
     rng = np.random.default_rng(args.seed)
     rows = []

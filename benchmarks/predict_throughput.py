@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     threads = os.cpu_count() or 1
     import mlflow
 
-    mlflow.set_tracking_uri(a.tracking_uri or tracking.tracking_uri(None))
+    mlflow.set_tracking_uri(tracking.tracking_uri(a.tracking_uri))
     if a.model_path:
         ours = PipelineCostModel.from_path(a.model_path, threads=threads)
     else:

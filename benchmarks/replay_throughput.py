@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from pipeline.config import compose, run_stage
-from pipeline.compute import executor as E
+from pipeline.stages.options import executor_of
 
 
 def main() -> None:
@@ -46,7 +46,7 @@ def main() -> None:
     for name, over in runs.items():
         if "executor=ray" in over:
             t0 = time.perf_counter()
-            E.create(compose([*base, *over])).start()
+            executor_of(compose([*base, *over])).start()
             print(f"  (Ray instance started in {time.perf_counter() - t0:.1f} s, not counted)")
         for kind, rates in (("first", cold), ("again", warm)):
             shutil.rmtree(ws / "kernels", ignore_errors=True)

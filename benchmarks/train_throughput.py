@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from models import registry
 from models.tables import build_table
 from pipeline.config import compose
-from pipeline.core.workspace import Workspace
+from pipeline.stages.options import workspace_of
 
 
 def peak_rss_gb() -> float:
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     cfg = compose(["model=all", "features=each", *args.overrides])
-    ws = Workspace.from_cfg(cfg)
+    ws = workspace_of(cfg)
     fcfg = cfg.features[args.features]
     base = build_table(ws, args.features, exclude=list(fcfg.get("exclude") or []), device=str(cfg.target.device))
     threads = args.threads or os.cpu_count() or 1

@@ -1,6 +1,6 @@
 """CPU counters of llvm kernels: `perf stat` around N calls, getrusage and wall time.
 
-The kernel harness's perf instrument (pipeline/device/harness.py) loads each kernel in a
+The kernel harness's perf instrument (pipeline/device/harness) loads each kernel in a
 supervised child process, makes its inputs as the measure stage does, warms it up and
 picks N so that the counted loop lasts `min_time_s`; `perf stat -p <child>` starts with
 counting disabled and the child switches it on and off around the loop through perf's
@@ -113,18 +113,14 @@ class CpuCounters:
     supervisor (`batch_size` kernels each), one CPU_COUNTERS row per kernel."""
 
     name = "cpu"
+    # counted here or on the executor's nodes, never by a device bundle part
+    on_device_host = False
 
     def __init__(self, executable: str = "perf", events: tuple[str, ...] = tuple(PERF_EVENTS.values()),
                  min_time_s: float = 0.2, max_calls: int = 100000, timeout_s: float = 60.0, batch_size: int = 64):
         self.executable, self.events = str(executable), [str(e) for e in events]
         self.min_time_s, self.max_calls = float(min_time_s), int(max_calls)
         self.timeout_s, self.batch_size = float(timeout_s), max(1, int(batch_size))
-
-    @classmethod
-    def from_cfg(cls, cfg) -> "CpuCounters":
-        p = cfg.collect.perf
-        return cls(executable=p.executable, events=tuple(p.events), min_time_s=p.min_time_s, max_calls=p.max_calls,
-                   timeout_s=p.timeout_s, batch_size=p.batch_size)
 
     def tables(self) -> tuple[Table, ...]:
         return (table("cpu_counters"),)

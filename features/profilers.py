@@ -1,26 +1,45 @@
-"""Profilers of built kernels (`collect.profiler`), chosen with `create(kind, cfg)`.
+"""Profilers of built kernels (`collect.profiler`), chosen with `create(kind, settings)`.
 
 A profiler names the tables it fills (`tables()`, the per-record one first) and turns
 jobs (record_id, task_id, artifact, args) into rows with `profile(jobs, errors, root=,
 write=, progress=)`, handing each batch of rows to `write(table, rows[, schema])` as it
 comes; `errors` are rows of records that cannot be profiled (not built, failed to run).
+A profiler that a device bundle part runs on the host (`on_device_host`) also gives the
+command the part runs (`host_command(section_folder)`) and reads back what it wrote there
+(`import_host(folder, wanted, write)`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 from features.cpu_counters import CpuCounters
-from features.ncu.profile import NcuProfiler
+from features.ncu.profile import NcuProfiler, Options
 from pipeline.core.registry import choose
+
+
+@dataclass
+class ProfilerSettings:
+    """What the profilers read, made once by the stage from `collect.*` (pipeline/stages/options.py):
+    the target's kind (what `auto` picks by), CpuCounters' keyword arguments (`collect.perf`),
+    and Nsight Compute's options, section set, report folder, the shard's tag on its report
+    files and the target's name (`collect.ncu`)."""
+
+    target_kind: str = "llvm"
+    perf: dict | None = field(default_factory=dict)
+    ncu: Options | None = field(default_factory=Options)
+    ncu_set: str | None = None
+    report_dir: Path = Path("ncu_profiles")
+    tag: str = "shard0"
+    target: str = ""
 
 
 class NoProfiler:
     """collect.profiler=none: static features only."""
 
     name = "none"
-
-    @classmethod
-    def from_cfg(cls, cfg) -> "NoProfiler":
-        return cls()
+    on_device_host = False
 
     def tables(self) -> tuple:
         return ()
@@ -29,17 +48,30 @@ class NoProfiler:
         return {}
 
 
-def for_target(cfg):
+def for_target(s: ProfilerSettings):
     """collect.profiler=auto: Nsight Compute on a CUDA target, perf counters otherwise."""
-    return create(AUTO.get(str(cfg.target.kind), "perf"), cfg)
+    return create(AUTO.get(s.target_kind, "perf"), s)
 
 
 # target kind -> the profiler `auto` picks (perf for any other kind).
 AUTO = {"cuda": "ncu"}
-PROFILERS = {"perf": CpuCounters.from_cfg, "ncu": NcuProfiler.from_cfg, "none": NoProfiler.from_cfg,
-             "auto": for_target}
+def _settings_of(s: ProfilerSettings, kind: str, group: str):
+    """The settings `kind` reads; a `collect` option without them is named with the one that has them."""
+    value = getattr(s, kind)
+    if value is None:
+        raise ValueError(f"collect.profiler={kind} needs collect.{kind}, which this collect option lacks; "
+                         f"choose collect={group} (or collect=auto)")
+    return value
 
 
-def create(kind: str, cfg):
-    """The profiler `kind`, configured from `collect.*`."""
-    return choose("collect.profiler", PROFILERS, kind)(cfg)
+PROFILERS = {
+    "perf": lambda s: CpuCounters(**_settings_of(s, "perf", "cpu")),
+    "ncu": lambda s: NcuProfiler(_settings_of(s, "ncu", "ncu"), s.report_dir, s.ncu_set, s.tag, s.target),
+    "none": lambda s: NoProfiler(),
+    "auto": for_target,
+}
+
+
+def create(kind: str, settings: ProfilerSettings):
+    """The profiler `kind` with `settings`."""
+    return choose("collect.profiler", PROFILERS, kind)(settings)

@@ -181,19 +181,11 @@ def paired_intervals(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference
         w = weights[weights["heldout"] == heldout].set_index("task_id")["weight"].reindex(tasks).fillna(1.0)
         w = w.to_numpy(dtype=np.float64)
         idx = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
-
-        def matrix(model: str):
-            m = g[g["model"] == model].pivot_table(index="seed", columns="task_id", values=["best_s", col])
-            if m.empty or m["best_s"].reindex(columns=tasks).isna().any().any():
-                return None
-            return m["best_s"].reindex(columns=tasks).to_numpy(), m[col].reindex(columns=tasks).to_numpy(), \
-                list(m.index)
-
-        ref = matrix(reference)
+        ref = _seed_task_matrix(g, reference, tasks, col)
         if ref is None:
             continue
         for model in sorted(set(g["model"]) - {reference}):
-            mine = matrix(model)
+            mine = _seed_task_matrix(g, model, tasks, col)
             if mine is None:
                 continue
             seeds = sorted(set(mine[2]) & set(ref[2]))
@@ -209,14 +201,30 @@ def paired_intervals(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference
             lo, hi = np.quantile(boot, q)
             rows.append({"features": features, "model": model, "heldout": heldout, "diff": float(point),
                          "lo": float(lo), "hi": float(hi), "n_tasks": len(tasks), "n_seeds": len(seeds)})
+    rows += _mean_rows(draws, rows, q)
+    return pd.DataFrame(rows, columns=["features", "model", "heldout", "diff", "lo", "hi", "n_tasks", "n_seeds"])
+
+
+def _seed_task_matrix(g: pd.DataFrame, model: str, tasks: list, col: str):
+    """(best_s, `col`) of `model` as seed x task arrays and the seeds, or None when a task lacks a score."""
+    m = g[g["model"] == model].pivot_table(index="seed", columns="task_id", values=["best_s", col])
+    if m.empty or m["best_s"].reindex(columns=tasks).isna().any().any():
+        return None
+    return m["best_s"].reindex(columns=tasks).to_numpy(), m[col].reindex(columns=tasks).to_numpy(), list(m.index)
+
+
+def _mean_rows(draws: dict, rows: list[dict], q: list[float]) -> list[dict]:
+    """The `mean` row of each (features, model) held out on two networks or more: the networks'
+    differences averaged, each network's bootstrap draws averaged alike."""
+    out = []
     for (features, model), parts in sorted(draws.items()):
         if len(parts) < 2:
             continue
         point = float(np.mean([p for p, _ in parts]))
         boot = np.mean([b for _, b in parts], axis=0)
         lo, hi = np.quantile(boot, q)
-        rows.append({"features": features, "model": model, "heldout": MEAN, "diff": point, "lo": float(lo),
-                     "hi": float(hi), "n_tasks": int(sum(r["n_tasks"] for r in rows if r["model"] == model
-                                                         and r["features"] == features and r["heldout"] != MEAN)),
-                     "n_seeds": min(r["n_seeds"] for r in rows if r["model"] == model and r["features"] == features)})
-    return pd.DataFrame(rows, columns=["features", "model", "heldout", "diff", "lo", "hi", "n_tasks", "n_seeds"])
+        mine = [r for r in rows if r["model"] == model and r["features"] == features]
+        out.append({"features": features, "model": model, "heldout": MEAN, "diff": point, "lo": float(lo),
+                    "hi": float(hi), "n_tasks": int(sum(r["n_tasks"] for r in mine)),
+                    "n_seeds": min(r["n_seeds"] for r in mine)})
+    return out

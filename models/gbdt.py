@@ -148,6 +148,28 @@ class _Layout:
         return out if self.base is None else out + self.base
 
 
+def _own_spec(spec: FeatureSpec, input: str, context: list[str], task_context: bool, who: str) -> FeatureSpec:
+    """The columns a GBDT reads. records: the record-level columns (for static features, the
+    program-level aggregate of the per-store rows); stores: the per-store rows, summed per
+    record, with the record-level columns matching a `context` pattern (and the task's
+    context columns) on every row."""
+    if input == "records":
+        if not spec.columns:
+            raise ValueError(f"{who}: feature set {spec.feature_set!r} has no record-level column")
+        return FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind)
+    if not spec.store_columns:
+        raise ValueError(f"{who}: input=stores needs per-store rows (features=static or all); feature set "
+                         f"{spec.feature_set!r} has none")
+    pats = [re.compile(c) for c in context]
+    ctx = [c for c in spec.columns if any(p.search(c) for p in pats)]
+    if pats and not ctx:
+        raise ValueError(f"{who}: context={context} matches no record-level column of feature "
+                         f"set {spec.feature_set!r} (e.g. {spec.columns[:3]})")
+    if task_context:
+        ctx += [c for c in TASK_COLUMNS if c not in ctx]
+    return FeatureSpec(spec.feature_set, ctx, list(spec.store_columns), spec.target_kind)
+
+
 class _GBDT(CostModel):
     """What LightGBM and XGBoost share: objective handling, data layout, importance.
 
@@ -179,30 +201,13 @@ class _GBDT(CostModel):
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
                        "rank_levels": int(rank_levels), "max_group": int(max_group),
                        "eval_at": [int(k) for k in eval_at]}
-        # records: the record-level columns (for static features, the program-level aggregate of
-        # the per-store rows); stores: the per-store rows, summed per record.
         if roofline_base and not roofline:
             raise ValueError(f"{who}: roofline_base={roofline_base} needs the machine's peaks (roofline: gflops, gbs, "
                              f"cores, lanes)")
         if (context or task_context or roofline) and input != "stores":
             raise ValueError(f"{who}: context, task_context and roofline need input=stores (a row per store)")
-        if input == "records":
-            own = FeatureSpec(spec.feature_set, list(spec.columns), [], spec.target_kind)
-        else:
-            pats = [re.compile(c) for c in hyperparams["context"]]
-            ctx = [c for c in spec.columns if any(p.search(c) for p in pats)]
-            if pats and not ctx:
-                raise ValueError(f"{who}: context={hyperparams['context']} matches no record-level column of feature "
-                                 f"set {spec.feature_set!r} (e.g. {spec.columns[:3]})")
-            if task_context:
-                ctx += [c for c in TASK_COLUMNS if c not in ctx]
-            own = FeatureSpec(spec.feature_set, ctx, list(spec.store_columns), spec.target_kind)
+        own = _own_spec(spec, input, hyperparams["context"], bool(task_context), who)
         super().__init__(own, hyperparams=hyperparams, name=name, seed=seed, threads=threads)
-        if input == "records" and not spec.columns:
-            raise ValueError(f"{who}: feature set {spec.feature_set!r} has no record-level column")
-        if input == "stores" and not spec.store_columns:
-            raise ValueError(f"{who}: input=stores needs per-store rows (features=static or all); feature set "
-                             f"{spec.feature_set!r} has none")
         self.input = input
         self.label_weight = hyperparams["label_weight"]
         self.stop_metric = early_stopping_metric

@@ -32,19 +32,19 @@ class UnknownModelError(ValueError):
     pass
 
 
-def check(cfg: DictConfig | dict) -> None:
-    """Refuse a config that names no model class."""
-    if "_target_" not in cfg:
-        raise UnknownModelError(f"model config {cfg.get('name', '?')!r} has no `_target_` (the model class, e.g. "
+def check(config: DictConfig | dict) -> None:
+    """Refuse a model config that names no model class."""
+    if "_target_" not in config:
+        raise UnknownModelError(f"model config {config.get('name', '?')!r} has no `_target_` (the model class, e.g. "
                                 f"models.gbdt.LGBMModel): it is not a model; pick one with model=<name>")
 
 
-def create(cfg: DictConfig | dict, spec: FeatureSpec, *, seed: int = 0, threads: int = 0) -> CostModel:
+def create(config: DictConfig | dict, spec: FeatureSpec, *, seed: int = 0, threads: int = 0) -> CostModel:
     """An untrained model from its config (a conf/model/<name>.yaml node)."""
-    check(cfg)
+    check(config)
     # partial: the config's keys become plain keyword arguments; spec, seed and threads are
     # passed to the class as they are (instantiate would turn a dataclass into a dict)
-    make = instantiate(cfg, _partial_=True, _convert_="all")
+    make = instantiate(config, _partial_=True, _convert_="all")
     return make(spec, seed=int(seed), threads=int(threads))
 
 

@@ -77,12 +77,15 @@ def model_release_name(training: str, model: str, features: str, heldout: str) -
     return f"{training}-{model}{feats}-{held}"
 
 
-def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]:
-    """Release each MLflow model of `uris` under `root`; returns the release names."""
-    mlflow.set_tracking_uri(tracking.tracking_uri(cfg))
+def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: Path, *, name: str | None = None,
+                   licence: str, force: bool = False) -> list[str]:
+    """Release each MLflow model of `uris` (runs of `store`) under `root`; returns the release
+    names (`name` names a single model's release; default: training release, model, features,
+    held-out networks)."""
+    mlflow.set_tracking_uri(store.uri)
     origin = R.workspace_release(ws.root) or {}
     training = origin.get("name") or ws.name
-    runs = tracking.workspace_runs(cfg)
+    runs = tracking.workspace_runs(store)
     names = []
     for uri in uris:
         run_id = tracking.uri_run(uri)[0]
@@ -91,13 +94,13 @@ def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]
                                  f"models:/<name>/<version> or runs:/<run id>/model")
         run = mlflow.get_run(run_id)
         tags = run.data.tags
-        if tags.get("workspace_id") and tags["workspace_id"] != tracking.workspace_tags(cfg)["workspace_id"]:
+        if tags.get("workspace_id") and tags["workspace_id"] != store.tags["workspace_id"]:
             raise R.ReleaseError(f"release.models: {uri} was trained on workspace {tags.get('workspace')}, not on "
                                  f"{ws.name}: release it with that workspace's settings")
         split = tracking.split_of_run(run.info.run_id)
         model, features, heldout = tags.get("model"), tags.get("features", "static"), tags.get("heldout", "")
-        name = R.check_name(str(cfg.release.name) if cfg.release.get("name") and len(uris) == 1 else
-                            model_release_name(training, model, features, heldout))
+        release = R.check_name(name if name and len(uris) == 1 else
+                               model_release_name(training, model, features, heldout))
         info = {"model": model, "features": features, "target_kind": tags.get("target_kind", "cpu"),
                 "training_release": training, "training_workspace_id": tags.get("workspace_id"),
                 "split": split.get("kind"), "seed": split.get("seed"),
@@ -108,10 +111,10 @@ def release_models(cfg, ws: Workspace, uris: list[str], root: Path) -> list[str]
                 "hardware": (origin.get("hardware") or R.hardware_of(ws.read("measurements")))["hardware"],
                 "metrics": {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))},
                 "evaluation": evaluation(runs, model, features, split.get("kind", ""), heldout),
-                "versions": R.versions(), "licence": str(cfg.release.licence)}
+                "versions": R.versions(), "licence": licence}
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(mlflow.artifacts.download_artifacts(f"runs:/{run.info.run_id}/model", dst_path=tmp))
-            R.pack_model(folder, Path(root) / name, info=info, card=R.model_card, force=bool(cfg.force))
-        log.info("released model %s (%s, run %s)", name, uri, run.info.run_id)
-        names.append(name)
+            R.pack_model(folder, Path(root) / release, info=info, card=R.model_card, force=force)
+        log.info("released model %s (%s, run %s)", release, uri, run.info.run_id)
+        names.append(release)
     return names

@@ -45,11 +45,14 @@ stage=compare.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 import re
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
@@ -81,9 +84,38 @@ class SelectionError(PipelineError):
     """A model would be chosen with the test part."""
 
 
-def best_metric(cfg) -> str:
+@dataclass
+class Store:
+    """Where a workspace's runs are tracked and under which names: the tracking URI, the
+    experiment, the registered model, the metric that chooses `best`, and the workspace the runs
+    belong to (its tags are read from its task table when a run is first logged or searched).
+    A stage makes one from its config (pipeline/stages/options.py); `config` is that config,
+    resolved, which every run logs as its params."""
+
+    uri: str
+    experiment: str
+    registered_model: str
+    best_metric: str
+    workspace: str
+    root: Path
+    dataset: str
+    target: str
+    device: str = "cpu"
+    config: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        check_best_metric(self.best_metric)
+
+    @functools.cached_property
+    def tags(self) -> dict[str, str]:
+        """Tags that tie a run to its workspace: the identity (Workspace.identity) and, for the
+        record, the folder it was in."""
+        ws = Workspace(self.root)
+        return {"workspace": self.workspace, **ws.identity(self.dataset, self.target), "workspace_path": str(ws.root)}
+
+
+def check_best_metric(metric: str) -> str:
     """`mlflow.best_metric`, refused unless it is a validation metric (`val_*`)."""
-    metric = str(cfg.mlflow.get("best_metric") or DEFAULT_BEST_METRIC)
     if not metric.startswith(SELECTION_PART):
         raise SelectionError(
             f"mlflow.best_metric={metric!r} is not a validation metric: the test part is read once, for the "
@@ -92,10 +124,9 @@ def best_metric(cfg) -> str:
     return metric
 
 
-def tracking_uri(cfg) -> str:
-    """`mlflow.tracking_uri`, else `sqlite:///<home>/mlflow.db` (home: $PIPELINE_HOME or the working
-    folder, pipeline/core/home.py), so an installed package never writes into its install folder."""
-    uri = cfg.get("mlflow", {}).get("tracking_uri") if cfg is not None else None
+def tracking_uri(uri: str | None = None) -> str:
+    """`uri` (`mlflow.tracking_uri`), else `sqlite:///<home>/mlflow.db` (home: $PIPELINE_HOME or the
+    working folder, pipeline/core/home.py), so an installed package never writes into its install folder."""
     return str(uri) if uri else f"sqlite:///{home() / 'mlflow.db'}"
 
 
@@ -106,32 +137,16 @@ def artifact_root(uri: str) -> Path:
     return home() / "mlruns"
 
 
-def experiment_name(cfg) -> str:
-    return str(cfg.mlflow.get("experiment") or cfg.workspace)
-
-
-def registered_name(cfg) -> str:
-    return str(cfg.mlflow.get("registered_model") or f"{cfg.workspace}-cost-model")
-
-
-def workspace_tags(cfg) -> dict[str, str]:
-    """Tags that tie a run to its workspace: the identity (Workspace.identity) and, for the
-    record, the folder it was in."""
-    ws = Workspace.from_cfg(cfg)
-    return {"workspace": str(cfg.workspace), **ws.identity(cfg), "workspace_path": str(ws.root)}
-
-
-def setup(cfg) -> str:
+def setup(store: Store) -> str:
     """Point MLflow at the store; create the experiment if needed; returns its id. Under the
     store's lock: two trainings that start at once on a new store would both create its tables
     and the experiment, and one would fail."""
-    uri = tracking_uri(cfg)
-    mlflow.set_tracking_uri(uri)
-    name = experiment_name(cfg)
-    with store_lock(cfg, "experiments"):
+    mlflow.set_tracking_uri(store.uri)
+    name = store.experiment
+    with store_lock(store, "experiments"):
         exp = mlflow.get_experiment_by_name(name)
         if exp is None:
-            root = artifact_root(uri) / name
+            root = artifact_root(store.uri) / name
             root.mkdir(parents=True, exist_ok=True)
             return mlflow.create_experiment(name, artifact_location=root.as_uri())
     return exp.experiment_id
@@ -148,12 +163,12 @@ def flatten(obj, prefix: str = "") -> dict[str, str]:
     return {f"{prefix}{k}": json.dumps(v) if isinstance(v, (list, tuple)) else str(v) for k, v in flat.items()}
 
 
-def run_params(cfg, model_cfg: dict | None = None, features_cfg: dict | None = None) -> dict[str, str]:
+def run_params(config: dict, model_cfg: dict | None = None, features_cfg: dict | None = None) -> dict[str, str]:
     """The flattened Hydra config of a run, with the model and feature-set configs it used in
     place of the `model` and `features` groups (model=all / features=each hold every config;
     a run that trains nothing, a tune run, has neither), and without the operator suite that
     stage=tune composes (tune.suite)."""
-    conf = OmegaConf.to_container(cfg, resolve=True)
+    conf = copy.deepcopy(config)
     for key, value in (("model", model_cfg), ("features", features_cfg)):
         if value is None:
             conf.pop(key, None)
@@ -177,9 +192,9 @@ def log_steps(run_id: str, series: dict[str, list[float]]) -> None:
         MlflowClient().log_batch(run_id, metrics=metrics)
 
 
-def log_inputs(cfg, table, split) -> None:
+def log_inputs(store: Store, table, split) -> None:
     """The parts of the training table the run saw, as MLflow datasets (name, digest, source)."""
-    source = str(Workspace.from_cfg(cfg, check=False).root)
+    source = str(store.root)
     for context, rows in (("train", split.train), ("validation", split.val), ("test", split.test)):
         if len(rows):
             frame = table.frame.iloc[rows].reset_index(drop=True)
@@ -189,27 +204,27 @@ def log_inputs(cfg, table, split) -> None:
                 warnings.filterwarnings("ignore", "The specified dataset source can be interpreted", UserWarning)
                 warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
                 ds = mlflow.data.from_pandas(frame, source=source, targets="label",
-                                             name=f"{cfg.workspace}/{table.spec.feature_set}/{split.kind}/{context}")
+                                             name=f"{store.workspace}/{table.spec.feature_set}/{split.kind}/{context}")
                 mlflow.log_input(ds, context=context)
 
 
-def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
+def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
             features_cfg: dict | None = None) -> str:
     """Log one trained model and its evaluation as an MLflow run; returns the run id."""
-    exp_id = setup(cfg)
+    exp_id = setup(store)
     fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
     run_name = f"{model.name}-{fs}-{split.kind}"
     tags = {"stage": TRAIN, "model": model.name, "features": fs, "split": split.kind, "heldout": split.heldout,
-            "split_seed": str(split.seed), **workspace_tags(cfg), "input": model.spec.input,
+            "split_seed": str(split.seed), **store.tags, "input": model.spec.input,
             "calibrated": str(model.calibrated), "flavor": model.flavor, "target_kind": table.spec.target_kind}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
-        params = run_params(cfg, model_cfg, features_cfg or {})
+        params = run_params(store.config, model_cfg, features_cfg or {})
         params.update({"model.library": model.library, "split.seed_used": str(split.seed),
                        "split.sizes": json.dumps(split.sizes()), "split.info": json.dumps(split.info),
                        "features.set": fs, "features.n_columns": str(len(model.spec.columns)),
                        "features.n_store_columns": str(len(model.spec.store_columns))})
         mlflow.log_params(dict(sorted(params.items())))
-        log_inputs(cfg, table, split)
+        log_inputs(store, table, split)
         metrics = {}
         for part, ev in evals.items():
             metrics.update(ev.prefixed(part))
@@ -236,24 +251,24 @@ def log_run(cfg, *, model, table, split, evals: dict, timing: dict, predictions:
         for name, fig in figures.items():
             if fig is not None:
                 mlflow.log_figure(fig, f"plots/{name}.png", save_kwargs={"dpi": plots.DPI})
-        info = pyfunc.log_model(model, table, device=str(cfg.target.device))
+        info = pyfunc.log_model(model, table, device=store.device)
         mlflow.set_tag("pyfunc_model_uri", info.model_uri)
         return run.info.run_id
 
 
-def workspace_runs(cfg, stage: str = TRAIN) -> pd.DataFrame:
+def workspace_runs(store: Store, stage: str = TRAIN) -> pd.DataFrame:
     """Every finished run of one stage (train or tune) of this workspace: its experiment, runs
     of its identity (and runs made before identities were recorded, by their folder); the
     runs of stage=compare are never training runs."""
-    mlflow.set_tracking_uri(tracking_uri(cfg))
-    exp = mlflow.get_experiment_by_name(experiment_name(cfg))
+    mlflow.set_tracking_uri(store.uri)
+    exp = mlflow.get_experiment_by_name(store.experiment)
     if exp is None:
         return pd.DataFrame()
     runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               output_format="pandas", max_results=50000)
     if runs.empty:
         return pd.DataFrame()
-    tags = workspace_tags(cfg)
+    tags = store.tags
     mine = _tag(runs, "workspace_id") == tags["workspace_id"]
     mine |= _tag(runs, "workspace_id").isna() & (_tag(runs, "workspace_path") == tags["workspace_path"])
     # runs made before the stage tag: training runs are the ones that name a model
@@ -290,11 +305,11 @@ def rank_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     return runs.sort_values(cols + ["start_time"], ascending=[False] * (len(cols) + 1), na_position="last")
 
 
-def store_lock(cfg, what: str):
+def store_lock(store: Store, what: str):
     """Wait for, then hold, the right to change `what` in the tracking store: a lock file in its
     artifact folder (`mlruns/.locks/`), so that every process on that store, of any workspace,
     takes the same one."""
-    root = artifact_root(tracking_uri(cfg)) / ".locks"
+    root = artifact_root(store.uri) / ".locks"
     return exclusive(root / f"{re.sub(r'[^0-9A-Za-z_.-]', '_', what)}.lock", what=f"a writer of {what}", wait_s=None)
 
 
@@ -312,7 +327,7 @@ def _holder(client: MlflowClient, name: str, alias: str):
         return None  # no registered model, or no version with the alias yet
 
 
-def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
+def update_aliases(store: Store, split_identity: tuple[str, str, int]) -> dict[str, str]:
     """Register the best runs among the newest runs of the split `split_identity`
     (Split.identity: kind, heldout, seed) and point the aliases at them: `best` among the runs
     that can serve tuning (TUNING_FEATURES), `best-<features>` per feature set.
@@ -323,20 +338,49 @@ def update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
     model's lock in the store, and an alias moves only to a run that ranks above its holder (on a
     tie it stays), or when its holder is no longer among the runs ranked (another split, or an
     older run of a configuration trained again)."""
-    with store_lock(cfg, f"registered model {registered_name(cfg)}"):
-        return _update_aliases(cfg, split_identity)
+    with store_lock(store, f"registered model {store.registered_model}"):
+        return _update_aliases(store, split_identity)
 
 
-def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]:
-    metric = best_metric(cfg)
-    runs = latest_per_config(workspace_runs(cfg))
+def _version_of(client: MlflowClient, name: str, row: pd.Series, metric: str, held, versions: dict) -> str:
+    """The registered version of run `row` (registered now when it has none), memoised in
+    `versions`; the version that holds an alias stays its version, whatever others the run has."""
+    rid = row["run_id"]
+    if held is not None and held.run_id == rid:
+        versions.setdefault(rid, held.version)
+    if rid not in versions:
+        existing = client.search_model_versions(f"name = '{name}' and run_id = '{rid}'")
+        if existing:
+            versions[rid] = min(existing, key=lambda v: int(v.version)).version
+        else:
+            mv = mlflow.register_model(row["tags.pyfunc_model_uri"], name,
+                                       tags={"model": row["tags.model"], "features": row["tags.features"],
+                                             "split": row["tags.split"], "heldout": row["tags.heldout"],
+                                             "split_seed": row["tags.split_seed"],
+                                             metric: str(row.get(f"metrics.{metric}", np.nan))})
+            versions[rid] = mv.version
+    return versions[rid]
+
+
+def _describe_choice(row: pd.Series, metric: str, version: str, change: str) -> str:
+    """One line for the console: which run holds an alias, chosen by which validation metric."""
+    where = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
+    used = next((m for m in (metric, *TIEBREAK) if pd.notna(row.get(f"metrics.{m}", np.nan))), None)
+    why = f"{used} {float(row[f'metrics.{used}']):.3f}" if used else "no validation metric"
+    return (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{where} seed "
+            f"{row['tags.split_seed']} (v{version}, {why}; {change})")
+
+
+def _update_aliases(store: Store, split_identity: tuple[str, str, int]) -> dict[str, str]:
+    metric = store.best_metric
+    runs = latest_per_config(workspace_runs(store))
     if runs.empty or "tags.pyfunc_model_uri" not in runs.columns:
         return {}
     # Runs of other splits were validated on other records: compare within one split.
     kind, heldout, seed = split_identity
     runs = runs.dropna(subset=["tags.pyfunc_model_uri"])
     runs = runs[(runs["tags.split"] == kind) & (runs["tags.heldout"] == heldout) & (runs["tags.split_seed"] == str(seed))]
-    name = registered_name(cfg)
+    name = store.registered_model
     client = MlflowClient()
     chosen = {}
     ranked = rank_runs(runs, metric)
@@ -356,8 +400,7 @@ def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]
                     "is not set; train one with features=static", ", ".join(TUNING_FEATURES))
     for fs, g in ranked.groupby("tags.features", sort=True):
         chosen[f"best-{fs}"] = g
-    versions = {}
-    out = {}
+    versions, out = {}, {}
     for alias, candidates in chosen.items():
         row = candidates.iloc[0]
         held = _holder(client, name, alias)
@@ -365,30 +408,13 @@ def _update_aliases(cfg, split_identity: tuple[str, str, int]) -> dict[str, str]
             mine = candidates[candidates["run_id"] == held.run_id]
             if len(mine) and _rank_key(mine.iloc[0], metric) == _rank_key(row, metric):
                 row = mine.iloc[0]  # a tie: the holder keeps the alias
-        rid = row["run_id"]
-        if held is not None and held.run_id == rid:
-            versions.setdefault(rid, held.version)  # the version that holds it, whatever others the run has
-        if rid not in versions:
-            existing = client.search_model_versions(f"name = '{name}' and run_id = '{rid}'")
-            if existing:
-                versions[rid] = min(existing, key=lambda v: int(v.version)).version
-            else:
-                mv = mlflow.register_model(row["tags.pyfunc_model_uri"], name,
-                                           tags={"model": row["tags.model"], "features": row["tags.features"],
-                                                 "split": row["tags.split"], "heldout": row["tags.heldout"],
-                                                 "split_seed": row["tags.split_seed"],
-                                                 metric: str(row.get(f"metrics.{metric}", np.nan))})
-                versions[rid] = mv.version
-        moved = held is None or str(held.version) != str(versions[rid])
+        version = _version_of(client, name, row, metric, held, versions)
+        moved = held is None or str(held.version) != str(version)
         if moved:
-            client.set_registered_model_alias(name, alias, versions[rid])
-        where = f" held out {row['tags.heldout']}" if row["tags.heldout"] else ""
-        used = next((m for m in (metric, *TIEBREAK) if pd.notna(row.get(f"metrics.{m}", np.nan))), None)
-        why = f"{used} {float(row[f'metrics.{used}']):.3f}" if used else "no validation metric"
+            client.set_registered_model_alias(name, alias, version)
         change = "kept" if not moved else (f"was v{held.version}" if held is not None else "new")
-        out[alias] = (f"{row['tags.model']}/{row['tags.features']}/{row['tags.split']}{where} seed "
-                      f"{row['tags.split_seed']} (v{versions[rid]}, {why}; {change})")
-    client.update_registered_model(name, description=f"Cost models of workspace {cfg.workspace}; alias best = highest "
+        out[alias] = _describe_choice(row, metric, version, change)
+    client.update_registered_model(name, description=f"Cost models of workspace {store.workspace}; alias best = highest "
                                                      f"{metric} (ties: {', '.join(TIEBREAK)}, then the holder) among "
                                                      f"the newest runs of the last split trained that can serve tuning "
                                                      f"(features {', '.join(TUNING_FEATURES)}); best-<features> per "
@@ -406,7 +432,7 @@ def _drop_alias(client: MlflowClient, name: str, alias: str) -> None:
     client.delete_registered_model_alias(name, alias)
 
 
-def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,
+def log_tune_run(store: Store, *, files: dict, summary: pd.DataFrame, curves: pd.DataFrame, end_to_end: pd.DataFrame,
                  tags: dict, run_name: str, baseline: str = "xgb") -> str:
     """One MLflow run (tag stage=tune) for a tuning comparison, with the report files under
     `tune/`, and a nested run per (task, cost model) and, for a network, per (network, cost
@@ -414,9 +440,9 @@ def log_tune_run(cfg, *, files: dict, summary: pd.DataFrame, curves: pd.DataFram
     seeds, `_min` / `_max` their spread), and
     `best_latency_us` after every batch (mean over seeds) as a step metric over trials.
     Every run has the params of a training run (run_params). Returns the parent's id."""
-    exp = setup(cfg)
-    base = {"stage": TUNE, **workspace_tags(cfg), **tags}
-    params = dict(sorted(run_params(cfg).items()))
+    exp = setup(store)
+    base = {"stage": TUNE, **store.tags, **tags}
+    params = dict(sorted(run_params(store.config).items()))
     reach = f"trials_to_{baseline}_best"
     values = ["best_latency_us", "best_latency_us_min", "best_latency_us_max", "gflops", "tuning_min",
               f"speedup_vs_{baseline}", reach, f"{reach}_min", f"{reach}_max", "trials", "valid_trials", "seeds",
@@ -504,14 +530,14 @@ def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def log_evaluation(cfg, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,
+def log_evaluation(store: Store, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,
                    tags: dict | None = None) -> str:
     """One MLflow run (tag stage=compare) with stage=compare's aggregated tables (MLflow
     tables, `MlflowClient().load_table`), its report files, the parameters that made them and
     `tags` (what the comparison selected)."""
-    exp = setup(cfg)
+    exp = setup(store)
     with mlflow.start_run(experiment_id=exp, run_name=str((tags or {}).get("report", COMPARE)),
-                          tags={"stage": COMPARE, **workspace_tags(cfg), **(tags or {})}) as run:
+                          tags={"stage": COMPARE, **store.tags, **(tags or {})}) as run:
         mlflow.log_params({k: str(v) for k, v in sorted(params.items())})
         for name, table in tables.items():
             if len(table):

@@ -220,7 +220,7 @@ RULES: dict[str, Rule] = {
     "measure.batch_size": integer(1),
     "measure.cache_flush": SWITCH,
     "collect.profiler": Rule("name", choices=("auto", "perf", "ncu", "none")),
-    "collect.mode": Rule("name", choices=("local", "export", "import")),
+    "collect.mode": Rule("name", choices="pipeline.runner.modes.MODES"),
     "bundle.part_mib": integer(1),
     "bundle.part_kernels": integer(1),
     "bundle.ncu_chunk": integer(1),

@@ -57,9 +57,9 @@ def _chain(exc: BaseException):
 
 def _workspace(cfg):
     # pandas and pyarrow come with the workspace: imported when a run stops, not for --help
-    from pipeline.core.workspace import Workspace
+    from pipeline.stages.options import workspace_of
 
-    return Workspace.from_cfg(cfg)
+    return workspace_of(cfg)
 
 
 def _part_rows(files) -> tuple[int, list[tuple]]:

@@ -13,6 +13,7 @@ from typing import Iterator
 import pytest
 
 from pipeline.config import run_stage
+from pipeline.stages.options import workspace_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
@@ -99,9 +100,8 @@ def measured_workspace(smoke_overrides) -> tuple[Path, list[str]]:
     for stage in ("tasks", "sample", "replay", "measure"):
         run_stage(stage, smoke_overrides)
     from pipeline.config import compose
-    from pipeline.core.workspace import Workspace
 
-    return Workspace.from_cfg(compose(smoke_overrides)).root, smoke_overrides
+    return workspace_of(compose(smoke_overrides)).root, smoke_overrides
 
 
 @pytest.fixture(scope="session")
@@ -113,11 +113,10 @@ def collected_workspace(measured_workspace, tmp_path_factory) -> tuple[Path, lis
     import shutil
 
     from pipeline.config import compose
-    from pipeline.core.workspace import Workspace
 
     root, overrides = measured_workspace
     data = tmp_path_factory.mktemp("collected")
     shutil.copytree(root, data / root.name)
     over = [o for o in overrides if not o.startswith("paths.data=")] + [f"paths.data={data}"]
     run_stage("collect", [*over, "collect.perf.min_time_s=0.01", "collect.perf.max_calls=50"])
-    return Workspace.from_cfg(compose(over)).root, over
+    return workspace_of(compose(over)).root, over

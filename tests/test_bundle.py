@@ -16,8 +16,9 @@ from features.ncu import sections
 from pipeline.config import compose, run_stage
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
-from pipeline.core.workspace import Workspace, read_table
+from pipeline.core.workspace import read_table
 from pipeline.runner import bundle, wheels
+from pipeline.stages.options import workspace_of
 
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -83,7 +84,7 @@ def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace
         tar.extractall(host, filter="data")
     part = host / "part-0"
     names = sorted(p.name for p in part.iterdir())
-    assert names == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "ncu_profiles", "part.json", "references",
+    assert names == ["RUN.txt", "harness", "jobs.jsonl", "lib", "ncu_profiles", "part.json", "references",
                      "run_part.py", "runtime", "wheels"]
     # the curated list's section files travel with the part, and its ncu command names them
     assert {p.name: p.read_text() for p in (part / "ncu_profiles").iterdir()} == sections.files()
@@ -118,7 +119,7 @@ def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace
     back = run_stage("collect", [*over, "collect.mode=import", f"collect.results={packed}"])
     assert back["measure_measured"] == len(built) and back["measure_incorrect"] == 0
     assert back["measure_checked"] >= 3 and back["ncu_not_run"] == 1 and back["ncu"] == 0
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     meas = ws.read("measurements")
     assert set(meas["record_id"]) == set(read_table(root / "kernels", S.KERNELS)["record_id"])
     assert (meas.dropna(subset=["mean_s"])["mean_s"] > 0).all()

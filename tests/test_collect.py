@@ -13,7 +13,8 @@ from features import cpu_counters, cuda_resources, static
 from pipeline.core import schema as S
 from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.config import compose, run_stage
-from pipeline.core.workspace import Workspace, read_table
+from pipeline.core.workspace import read_table
+from pipeline.stages.options import workspace_of
 
 # Short counted loops: the test checks the mechanics, not the numbers.
 FAST = ["collect.perf.min_time_s=0.01", "collect.perf.max_calls=50", "collect.profiler=perf"]
@@ -45,7 +46,7 @@ def test_collect_cpu_workspace_sharded_resumable(measured_workspace, tmp_path):
     # A private copy: other tests read the shared workspace's features.
     shutil.copytree(root, tmp_path / root.name, ignore=shutil.ignore_patterns("features", "runner"))
     over = [o for o in over if not o.startswith("paths.data=")] + [f"paths.data={tmp_path}"]
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     assert ws.root == tmp_path / root.name
     over = [*over, *FAST, "shard.count=2"]
     cands = read_table(ws.candidates, S.CANDIDATES)
@@ -165,7 +166,7 @@ def test_cuda_static_features_without_gpu(tmp_path):
     for stage in ("tasks", "sample", "replay"):
         run_stage(stage, over)
     out = run_stage("collect", over)
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     cands = read_table(ws.candidates, S.CANDIDATES)
     assert out["static"] == len(cands) == 2 and out["cuda_kernels"] >= 2
     from features.ncu.profile import gpu_present

@@ -17,6 +17,7 @@ from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, umask, write_part
 
 from conftest import copy_workspace
+from pipeline.stages.options import workspace_of
 
 
 def records_by_id(ws: Workspace) -> dict[str, list | None]:
@@ -79,7 +80,7 @@ def test_a_bad_line_is_skipped_by_every_stage_and_the_repair_keeps_every_record(
     line and skips what depends on it; `stage=tasks force=true` rebuilds the workload file
     and every record comes back, with its run times."""
     root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     tasks = ws.read("tasks")
     victim = tasks.iloc[1]
     victims = set(ws.read("candidates").query("task_id == @victim.task_id")["record_id"])
@@ -145,7 +146,7 @@ def test_force_never_deletes_the_rows_of_a_task_it_skips(measured_workspace, tmp
     force=true they redo every other task and leave that task's candidates, record lines,
     kernels and features as they were."""
     root, over = copy_workspace(*measured_workspace, tmp_path, "runner")
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     run_stage("collect", [*over, "collect.profiler=none"])
     tasks = ws.read("tasks")
     victim = tasks.iloc[1]

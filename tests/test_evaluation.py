@@ -117,3 +117,34 @@ def test_random_rows_carry_the_runs_exact_chance_figures():
     assert (rnd["test_pair_acc"] == 0.5).all() and (rnd["test_spearman"] == 0.0).all()
     assert (rnd["test_n_tasks_topk"] == 3).all()
     assert len(E.with_random_rows(runs.drop(columns="test_random_top1_score"))) == 4
+
+
+# ---------------------------------------------------------------------------- paired intervals
+
+
+def _per_task(model, seed, top1, best=1.0, heldout="net", features="static"):
+    return [dict(features=features, model=model, heldout=heldout, seed=str(seed), task_id=f"t{i}", best_s=best,
+                 top1_s=t) for i, t in enumerate(top1)]
+
+
+def test_paired_intervals_against_the_reference():
+    from models.evaluation import paired_intervals
+
+    rows = []
+    for seed in (0, 1):
+        rows += _per_task("ms_xgb", seed, [2.0] * 20)  # score 0.5 on every task
+        rows += _per_task("good", seed, [1.0] * 20)  # score 1.0: +0.5 on every resample
+        rows += _per_task("same", seed, [2.0] * 20)
+        rows += _per_task("mixed", seed, [1.0] * 10 + [4.0] * 10)  # sum best 20 / sum 50 = 0.4
+    weights = pd.DataFrame({"heldout": "net", "task_id": [f"t{i}" for i in range(20)], "weight": 1.0})
+    out = paired_intervals(pd.DataFrame(rows), weights, resamples=500).set_index("model")
+    assert out.loc["good", "diff"] == pytest.approx(0.5) and out.loc["good", "lo"] == pytest.approx(0.5)
+    assert out.loc["same", ["diff", "lo", "hi"]].tolist() == pytest.approx([0.0, 0.0, 0.0])
+    assert out.loc["mixed", "diff"] == pytest.approx(-0.1) and out.loc["mixed", "lo"] < -0.1 < out.loc["mixed", "hi"]
+    assert (out["n_tasks"] == 20).all() and (out["n_seeds"] == 2).all()
+    # two networks: a `mean` row averaging them
+    rows2 = rows + [{**r, "heldout": "net2"} for r in rows]
+    weights2 = pd.concat([weights, weights.assign(heldout="net2")])
+    both = paired_intervals(pd.DataFrame(rows2), weights2, resamples=200)
+    mean = both[both["heldout"] == "mean"].set_index("model")
+    assert mean.loc["good", "diff"] == pytest.approx(0.5) and mean.loc["good", "n_tasks"] == 40

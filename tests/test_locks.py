@@ -13,6 +13,7 @@ import pytest
 from pipeline.core import locks
 
 from conftest import ROOT
+from pipeline.stages.options import workspace_of
 
 
 def test_a_second_holder_is_refused_with_the_first_named(tmp_path):
@@ -73,14 +74,13 @@ def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measur
             run_stage("measure", [*over, "shard.index=0", "shard.count=2", "force=true"])
     assert sorted(p.name for p in (root / "measurements").iterdir()) == before  # force deleted nothing
     from pipeline.config import compose
-    from pipeline.compute.executor import create
-    from pipeline.core.workspace import Workspace
+    from pipeline.stages.options import executor_of, measure_settings
 
     names = set()
     for index, count in ((0, 1), (0, 2), (1, 2)):
         cfg = compose([*over, f"shard.index={index}", f"shard.count={count}"])
-        with create(cfg) as ex:
-            names.add(Local.from_cfg(cfg, Workspace.from_cfg(cfg), ex).events)
+        with executor_of(cfg) as ex:
+            names.add(Local(measure_settings(cfg), workspace_of(cfg), ex).events)
     assert len(names) == 3  # no two shardings share an events file
 
 

@@ -9,8 +9,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from models import metrics as M
+
+from synthetic import latency_frame
 
 
 def _records(lat_by_task: dict, weights: dict, groups: dict) -> pd.DataFrame:
@@ -102,3 +105,94 @@ def test_nan_scores_rank_last_and_count_as_misordered():
     df = _records({"a": [1.0, 2.0, 4.0]}, {"a": 1}, {"a": "n"})
     ev = M.evaluate(df, scores)
     assert ev.per_task.loc[0, "top1_s"] == 2.0 and ev.summary["top1_score"] == pytest.approx(1 / 2)
+
+
+# ---------------------------------------------------------------------------- scores, correlations and chance
+
+
+def test_peak_score_by_hand():
+    labels = np.array([0.5, 1.0, 0.25, 0.8])
+    scores = np.array([4.0, 2.0, 3.0, 1.0])  # predicted order: 0, 2, 1, 3
+    assert M.peak_score(labels, scores, 1) == pytest.approx(0.5)
+    assert M.peak_score(labels, scores, 2) == pytest.approx(0.5)
+    assert M.peak_score(labels, scores, 3) == pytest.approx(1.0)
+    np.testing.assert_allclose(M.peak_curve(labels, scores, 6), [0.5, 0.5, 1, 1, 1, 1])
+
+
+def test_pairwise_accuracy():
+    y = np.array([0.1, 0.2, 0.3, 0.4])
+    assert M.pairwise_accuracy(y, y * 10) == 1.0
+    assert M.pairwise_accuracy(y, -y) == 0.0
+    assert M.pairwise_accuracy(y, np.zeros(4)) == 0.5  # ties count half
+    # one swapped pair out of six
+    assert M.pairwise_accuracy(y, np.array([1.0, 2.0, 4.0, 3.0])) == pytest.approx(5 / 6)
+    assert math.isnan(M.pairwise_accuracy(np.ones(3), np.arange(3)))  # no pair with different labels
+
+
+def test_topk_recall_and_sampling():
+    y = np.arange(10, dtype=float)
+    assert M.topk_recall(y, y, 3) == 1.0
+    assert M.topk_recall(y, -y, 3) == 0.0
+    assert M.topk_recall(y, np.array([0, 1, 2, 3, 4, 5, 6, 9, 8, 0.5]), 3) == pytest.approx(2 / 3)
+    assert math.isnan(M.sampled_topk_recall(y, y))  # fewer than 128 records: skipped
+    rng = np.random.default_rng(0)
+    big = rng.random(300)
+    assert M.sampled_topk_recall(big, big) == 1.0
+    noisy = M.sampled_topk_recall(big, big + rng.normal(0, 0.3, 300), seed=1)
+    assert 0.0 < noisy < 1.0
+
+
+def test_correlations_match_scipy():
+    rng = np.random.default_rng(3)
+    y, s = rng.random(50), rng.random(50)
+    m = M.task_metrics(y, s)
+    assert m["spearman"] == pytest.approx(stats.spearmanr(y, s).statistic)
+    assert m["kendall"] == pytest.approx(stats.kendalltau(y, s).statistic)
+    assert m["rmse"] == pytest.approx(np.sqrt(np.mean((y - s) ** 2)))
+    assert m["r2"] == pytest.approx(1 - np.sum((y - s) ** 2) / np.sum((y - y.mean()) ** 2))
+    un = M.task_metrics(y, s, calibrated=False)
+    assert math.isnan(un["rmse"]) and math.isnan(un["r2"]) and un["spearman"] == m["spearman"]
+
+
+def test_weighted_topk_score_by_hand():
+    # task a (weight 2): latencies 1, 2, 4; task b (weight 1): 10, 5
+    df = latency_frame({"a": [1.0, 2.0, 4.0], "b": [10.0, 5.0]}, {"a": 2, "b": 1}, {"a": "net", "b": "net"})
+    # scores pick a2 (4 s) first for a, b0 (10 s) first for b
+    scores = np.array([1.0, 2.0, 3.0, 1.0, 0.0])
+    df["score"] = scores
+    best = 2 * 1.0 + 1 * 5.0
+    assert M.weighted_topk_score(df, 1) == pytest.approx(best / (2 * 4.0 + 1 * 10.0))
+    assert M.weighted_topk_score(df, 2) == pytest.approx(best / (2 * 2.0 + 1 * 5.0))
+    assert M.weighted_topk_score(df, 5) == pytest.approx(1.0)
+
+
+def test_evaluate_aggregates_per_task_and_group():
+    df = latency_frame({"a": [1.0, 2.0, 4.0, 8.0], "b": [3.0, 1.0], "c": [2.0, 2.5, 3.0]},
+                {"a": 1, "b": 3, "c": 1}, {"a": "n1", "b": "n1", "c": "n2"})
+    ev = M.evaluate(df, df["label"].to_numpy())  # a perfect model
+    assert list(ev.per_task["task_id"]) == ["a", "b", "c"]
+    assert ev.summary["peak1"] == 1.0 and ev.summary["pair_acc"] == 1.0 and ev.summary["rmse"] == 0.0
+    assert ev.summary["top1_score"] == 1.0 and len(ev.per_group) == 2
+    assert ev.summary["n_tasks_recall32of128"] == 0 and math.isnan(ev.summary["recall32of128"])
+    worst = M.evaluate(df, -df["label"].to_numpy(), calibrated=False)
+    assert worst.summary["pair_acc"] == 0.0 and math.isnan(worst.summary["rmse"])
+    # per task a: worst pick is 8 s vs best 1 s
+    assert worst.per_task.set_index("task_id").loc["a", "peak1"] == pytest.approx(1 / 8)
+    with pytest.raises(ValueError, match="scores for"):
+        M.evaluate(df, np.zeros(3))
+
+
+def test_random_pick_scores_are_exact_expectations():
+    # one task, latencies 1, 2, 4 s: a random pick has expected latency 7/3 s -> top-1 3/7;
+    # the best of 2 random picks: 1 s with prob 2/3, 2 s with prob 1/3 -> 4/3 s
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 2) == pytest.approx(4 / 3)
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 1) == pytest.approx(7 / 3)
+    assert M.expected_random_best(np.array([4.0, 1.0, 2.0]), 9) == pytest.approx(1.0)
+    df = latency_frame({"a": [1.0, 2.0, 4.0]}, {"a": 1}, {"a": "net"})
+    ev = M.evaluate(df, np.array([3.0, 2.0, 1.0]))
+    assert ev.summary["random_top1_score"] == pytest.approx(3 / 7)
+    assert ev.summary["random_top5_score"] == pytest.approx(1.0)  # 3 records: the top-5 holds them all
+    # weighted over tasks as the models' scores are: (w_a*1 + w_b*1) / (w_a*7/3 + w_b*1.5)
+    df = latency_frame({"a": [1.0, 2.0, 4.0], "b": [1.0, 2.0]}, {"a": 1, "b": 3}, {"a": "net", "b": "net"})
+    ev = M.evaluate(df, np.zeros(5))
+    assert ev.summary["random_top1_score"] == pytest.approx(4 / (7 / 3 + 3 * 1.5))

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import SHARED_FIXTURES
 from features.ncu import command, metrics, profile, report, sections
+from pipeline.stages.options import profiler_settings, workspace_of
 
 # Reports the pipeline captured (tests/fixtures/ncu/, none yet) and the public reports of
 # the shared fixtures, read where they are.
@@ -76,7 +77,7 @@ def test_command_collects_the_curated_list_through_the_section_files(tmp_path):
     # what `collect=ncu` builds from its config: the same files
     from pipeline.config import compose
 
-    opts = profile.NcuProfiler.from_cfg(compose(["collect=ncu", "target=h100", f"paths.data={tmp_path}"])).options
+    opts = profiler_settings(compose(["collect=ncu", "target=h100", f"paths.data={tmp_path}"])).ncu
     assert sections.covers(opts.metrics)
     # another folder (a bundle's), and a list the device cut short or of one's own: --metrics
     cmd = command.build_command(["x"], "b.ncu-rep", metrics=list(metrics.DEFAULT_METRICS), section_folder="{part}/s")
@@ -153,10 +154,9 @@ def test_harness_runs_kernels_in_one_process_on_cpu(measured_workspace, tmp_path
     """The command that ncu runs, for real without ncu, on llvm kernels (NVTX ranges are
     no-ops without a profiler): events in the file that `settle` reads."""
     from pipeline.config import compose
-    from pipeline.core.workspace import Workspace
 
     root, over = measured_workspace
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     kernels = ws.read("kernels")
     kernels = kernels[kernels["error"].isna()].head(2)
     tasks = ws.read("tasks").set_index("task_id")
@@ -208,7 +208,7 @@ def test_ncu_end_to_end_on_gpu(tmp_path):
     if shutil.which("ncu") is None:
         pytest.skip("ncu is not installed")
     from pipeline.config import compose, run_stage
-    from pipeline.core.workspace import Workspace, read_table
+    from pipeline.core.workspace import read_table
 
     over = [f"paths.data={tmp_path}", f"paths.ncu_profiles={tmp_path / 'ncu'}", "target=h100",
             "dataset.ops=[GMM,SFM]", "dataset.configs=[0]", "budget=smoke", "budget.candidates_per_task=2",
@@ -216,7 +216,7 @@ def test_ncu_end_to_end_on_gpu(tmp_path):
     for stage in ("tasks", "sample", "replay", "collect"):
         out = run_stage(stage, over)
     assert out["ncu"] + out["ncu_errors"] == 4 and out["ncu_invocations"] >= 1
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     per_record = read_table(ws.features / "ncu" / "device=h100")
     ok = per_record[per_record["error"].isna()]
     assert len(ok) >= 1 and (ok[metrics.TIME_METRIC] > 0).all()

@@ -19,7 +19,7 @@ from models import tracking
 from pipeline import config
 from pipeline.core import release as R
 from pipeline.core.home import HOME_ENV, home
-from pipeline.core.workspace import Workspace
+from pipeline.stages.options import tracking_store, workspace_of
 
 from conftest import ROOT
 
@@ -104,8 +104,7 @@ def test_installed_package_composes_from_pkg(wheel, tmp_path):
     (work / "mine" / "budget" / "tiny.yaml").write_text("name: tiny\nmax_tasks: 1\ncandidates_per_task: 2\n")
     script = f"""
 from pipeline import config
-from models import tracking
-from pipeline.core.workspace import Workspace
+from pipeline.stages.options import tracking_store, workspace_of
 assert config.conf_source() == "pkg://pipeline.conf", config.conf_source()
 from features.ncu import sections
 assert str(sections.folder()).startswith({str(site)!r}), sections.folder()
@@ -113,8 +112,8 @@ assert sections.folder_metrics() == list(sections.M.DEFAULT_METRICS)
 assert str(config.CONF_DIR).startswith({str(site)!r}), config.CONF_DIR
 cfg = config.compose(["budget=smoke"])
 assert cfg.budget.name == "smoke"
-print("WS", Workspace.from_cfg(cfg).root)
-print("URI", tracking.tracking_uri(cfg))
+print("WS", workspace_of(cfg).root)
+print("URI", tracking_store(cfg).uri)
 """
     env = {k: v for k, v in os.environ.items() if k not in (HOME_ENV, "PYTHONPATH")} | {"PYTHONPATH": str(site)}
     out = subprocess.run([sys.executable, "-c", script], cwd=work, env=env, capture_output=True, text=True,
@@ -136,9 +135,9 @@ def test_defaults_follow_the_working_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = config.compose([])
     assert home() == tmp_path
-    assert Workspace.from_cfg(cfg).root == tmp_path.resolve() / "data" / "ops-llvm"
-    assert tracking.tracking_uri(cfg) == f"sqlite:///{tmp_path / 'mlflow.db'}"
-    assert tracking.artifact_root(tracking.tracking_uri(cfg)) == tmp_path.resolve() / "mlruns"
+    assert workspace_of(cfg).root == tmp_path.resolve() / "data" / "ops-llvm"
+    assert tracking_store(cfg).uri == tracking.tracking_uri() == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracking.artifact_root(tracking.tracking_uri()) == tmp_path.resolve() / "mlruns"
     assert tracking.artifact_root("http://mlflow.example:5000") == tmp_path / "mlruns"
     assert Path(cfg.paths.releases).resolve() == tmp_path.resolve() / "data" / "releases"
     assert Path(cfg.paths.ncu_profiles).resolve() == tmp_path.resolve() / "ncu_profiles"
@@ -151,15 +150,15 @@ def test_pipeline_home_moves_every_default(tmp_path, monkeypatch):
     monkeypatch.setenv(HOME_ENV, str(there))
     monkeypatch.chdir(tmp_path)
     cfg = config.compose([])
-    assert Workspace.from_cfg(cfg).root == there / "data" / "ops-llvm"
-    assert tracking.tracking_uri(cfg) == f"sqlite:///{there / 'mlflow.db'}"
+    assert workspace_of(cfg).root == there / "data" / "ops-llvm"
+    assert tracking_store(cfg).uri == f"sqlite:///{there / 'mlflow.db'}"
     assert Path(cfg.paths.releases) == there / "data" / "releases"
     assert Path(cfg.paths.ncu_profiles) == there / "ncu_profiles"
     assert R.search_path()[0] == there / "data" / "releases"
     # An explicit setting still wins.
     cfg = config.compose([f"paths.data={tmp_path / 'elsewhere'}", "mlflow.tracking_uri=sqlite:////x/y.db"])
-    assert Workspace.from_cfg(cfg).root == tmp_path / "elsewhere" / "ops-llvm"
-    assert tracking.tracking_uri(cfg) == "sqlite:////x/y.db"
+    assert workspace_of(cfg).root == tmp_path / "elsewhere" / "ops-llvm"
+    assert tracking_store(cfg).uri == "sqlite:////x/y.db"
 
 
 def test_checkout_reads_its_own_conf():

@@ -20,6 +20,7 @@ from models.tables import build_table
 from pipeline.config import compose, run_stage
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
+from pipeline.stages.options import workspace_of
 
 COMMITTED = ROOT / "data" / "releases"
 
@@ -71,7 +72,7 @@ def test_workspace_from_a_release_gives_the_same_training_table_and_metrics(rele
     train = ["model=lgbm", "features=static", "split=by_task", "train.topk_min_records=2", db]
     mine = from_release(folder, tmp_path / "data", *train)
     out = run_stage("train", mine)  # makes the workspace first (stage=tasks), builds and times nothing
-    ws = Workspace.from_cfg(compose(mine))
+    ws = workspace_of(compose(mine))
     assert ws.root == tmp_path / "data" / folder.name and not (ws.root / "lib").exists()
     assert R.workspace_release(ws.root)["name"] == folder.name
     a = build_table(Workspace(root), "static").frame.sort_values("record_id").reset_index(drop=True)
@@ -93,7 +94,7 @@ def test_a_release_relabelled_on_another_machine_is_a_new_release(released, tmp_
     mine = from_release(folder, tmp_path / "data", "dataset.labels=false", "measure.repeat=2",
                         "measure.min_repeat_ms=5", f"paths.releases={tmp_path / 'rel'}", "release.version=2")
     run_stage("tasks", mine)
-    ws = Workspace.from_cfg(compose(mine))
+    ws = workspace_of(compose(mine))
     assert ws.root.name == f"{folder.name}-relabel" and not ws.measurements.exists()
     assert ws.read("candidates")["record_id"].nunique() == 24
     run_stage("replay", mine)

@@ -9,11 +9,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import ROOT
+from models import metrics as M
 from models.splits import SplitError, make_split
+from synthetic import latency_frame
 
 # Five networks of one task each (name order: alexnet, bert, dcgan, mobilenet, resnet) and
 # a standalone operator, which no held-out network takes.
@@ -114,3 +117,98 @@ def test_a_seed_cuts_the_same_parts_in_every_process():
     here = make_split(_records(), "by_network", seed=3)
     assert first["by_network"][2] == here.test.tolist() and first["by_network"][3] == json.loads(json.dumps(here.info))
     assert child("1", 4)["by_task"] != first["by_task"]  # another seed, other parts
+
+
+# ---------------------------------------------------------------------------- the three kinds of split
+
+
+def _task_records(n_tasks=6, per_task=10, networks=None) -> pd.DataFrame:
+    rows = []
+    for t in range(n_tasks):
+        for i in range(per_task):
+            rows.append(dict(task_id=f"t{t}", record_id=f"t{t}r{i}",
+                             network=(networks[t] if networks else "")))
+    return pd.DataFrame(rows)
+
+
+def _check_partition(sp, n):
+    allrows = np.concatenate([sp.train, sp.val, sp.test])
+    assert len(allrows) == n and len(np.unique(allrows)) == n
+
+
+def test_within_task_split():
+    df = _task_records()
+    sp = make_split(df, "within_task", seed=1)
+    _check_partition(sp, len(df))
+    for t in df["task_id"].unique():
+        rows = np.flatnonzero(df["task_id"] == t)
+        assert len(np.intersect1d(rows, sp.test)) == 2 and len(np.intersect1d(rows, sp.val)) >= 1
+    again = make_split(df, "within_task", seed=1)
+    assert np.array_equal(sp.test, again.test)
+    assert not np.array_equal(sp.test, make_split(df, "within_task", seed=2).test)
+
+
+def test_by_task_split_holds_out_whole_tasks():
+    df = _task_records(n_tasks=10)
+    sp = make_split(df, "by_task", seed=0)
+    _check_partition(sp, len(df))
+    test_tasks = set(df["task_id"].iloc[sp.test])
+    assert test_tasks == set(sp.info["test_tasks"]) and len(test_tasks) == 2
+    assert not test_tasks & set(df["task_id"].iloc[sp.train])
+    assert sp.info["val_unit"] == "tasks" and not set(sp.info["val_tasks"]) & set(df["task_id"].iloc[sp.train])
+    with pytest.raises(SplitError, match="within_task"):
+        make_split(_task_records(n_tasks=1), "by_task")
+
+
+def test_by_network_split():
+    nets = ["resnet", "resnet", "bert", "bert", "mobilenet", ""]
+    df = _task_records(networks=nets)
+    sp = make_split(df, "by_network", seed=0, test_networks=["bert"])
+    _check_partition(sp, len(df))
+    assert set(df["task_id"].iloc[sp.test]) == {"t2", "t3"}
+    assert sp.info["test_networks"] == ["bert"]
+    auto = make_split(df, "by_network", seed=0)
+    assert len(auto.info["test_networks"]) == 1
+    with pytest.raises(SplitError, match="not in this workspace"):
+        make_split(df, "by_network", test_networks=["gpt"])
+    with pytest.raises(SplitError, match="no networks in this workspace.*use split=by_task"):
+        make_split(_task_records(), "by_network")
+    with pytest.raises(SplitError, match="valid: within_task, by_task, by_network"):
+        make_split(df, "random")
+
+
+def test_by_network_shared_task_is_held_out_and_counts_in_both_networks():
+    df = _task_records(n_tasks=4, per_task=6, networks=["resnet", "resnet", "bert", "bert"])
+    members = pd.DataFrame({"task_id": ["t0", "t1", "t1", "t2", "t3"],
+                            "group": ["resnet", "resnet", "bert", "bert", "bert"], "weight": [1, 2, 5, 1, 1]})
+    sp = make_split(df, "by_network", test_networks=["bert"], members=members)
+    assert set(df["task_id"].iloc[sp.test]) == {"t1", "t2", "t3"}  # t1 is also called by bert
+    assert set(df["task_id"].iloc[sp.train]) | set(df["task_id"].iloc[sp.val]) == {"t0"}
+    # the weighted score counts t1 in both networks with each network's weight
+    lat = latency_frame({"t0": [1.0, 2.0], "t1": [1.0, 3.0]}, {"t0": 1, "t1": 1}, {"t0": "x", "t1": "x"})
+    ev = M.evaluate(lat, np.array([0.0, 1.0, 0.0, 1.0]), members=members)  # always picks the slow one
+    groups = ev.per_group.set_index("group")
+    assert groups.loc["bert", "top1_score"] == pytest.approx(1 / 3)
+    assert groups.loc["resnet", "top1_score"] == pytest.approx((1 * 1 + 2 * 1) / (1 * 2 + 2 * 3))
+
+
+def test_by_network_validates_on_a_whole_training_network_rotating_with_the_seed():
+    nets = ["resnet", "resnet", "bert", "bert", "mobilenet", "mobilenet", "vit", ""]
+    df = _task_records(n_tasks=8, networks=nets)
+    seen = set()
+    for seed in range(3):
+        sp = make_split(df, "by_network", seed=seed, test_networks=["bert"], val_unit="network")
+        _check_partition(sp, len(df))
+        (vnet,) = sp.info["val_networks"]
+        assert sp.info["val_unit"] == "network" and vnet != "bert"
+        val_tasks = set(df["task_id"].iloc[sp.val])
+        assert val_tasks == {f"t{i}" for i, n in enumerate(nets) if n == vnet} == set(sp.info["val_tasks"])
+        assert "t7" in set(df["task_id"].iloc[sp.train])  # a standalone operator always trains
+        seen.add(vnet)
+    assert seen == {"mobilenet", "resnet", "vit"}  # each training network validates once over 3 seeds
+    # one training network left: validation by tasks, and the split says so
+    two = make_split(_task_records(n_tasks=4, networks=["a", "a", "b", "b"]), "by_network", test_networks=["a"],
+                     val_unit="network")
+    assert two.info["val_unit"] != "network"
+    with pytest.raises(SplitError, match="split.val_unit"):
+        make_split(df, "by_network", val_unit="records")

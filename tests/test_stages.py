@@ -15,6 +15,7 @@ from pipeline.core import schema as S
 from pipeline.core import database as D
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace, read_table
+from pipeline.stages.options import workspace_of
 
 
 def test_tasks_table(measured_workspace):
@@ -125,7 +126,7 @@ def test_both_strategies_draw_distinct_records(tmp_path):
             "budget.candidates_per_task=6", "sample.strategies=[replay-trace,evolutionary]"]
     run_stage("tasks", over)
     out = run_stage("sample", over)
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     cands = read_table(ws.candidates, S.CANDIDATES)
     assert set(cands["strategy"]) == {"replay-trace", "evolutionary"}
     assert cands["record_id"].is_unique and cands["error"].isna().all()
@@ -148,7 +149,7 @@ def test_export_bundle_runs_on_its_own_and_imports_back(measured_workspace, tmp_
     with tarfile.open(out["bundle"]) as tar:
         tar.extractall(tmp_path / "host", filter="data")
     bundle = tmp_path / "host" / "bundle-0"
-    assert sorted(p.name for p in bundle.iterdir()) == ["RUN.txt", "harness.py", "jobs.jsonl", "lib", "references"]
+    assert sorted(p.name for p in bundle.iterdir()) == ["RUN.txt", "harness", "jobs.jsonl", "lib", "references"]
     cmd = (bundle / "RUN.txt").read_text().replace("python3", sys.executable)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # nothing of the project on the path
     run = subprocess.run(["sh", "-c", cmd], cwd=bundle, env=env, capture_output=True, text=True, timeout=600)
@@ -169,7 +170,7 @@ def test_a_task_that_failed_to_sample_is_tried_again(tmp_path):
     over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke",
             "budget.candidates_per_task=4"]
     run_stage("tasks", over)
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     task = ws.read("tasks").iloc[0]
     # The row that sample writes for a task whose design space gave nothing (e.g. under a bad setting).
     with ws.writer("candidates") as out:

@@ -9,6 +9,8 @@ import pandas as pd
 import pytest
 
 from pipeline.config import compose, run_stage
+from pipeline.core.sharding import Shard
+from pipeline.stages.options import target_of, tenset_copy, workspace_of
 from pipeline.tenset import candidates as C
 
 pytestmark = pytest.mark.slow  # builds and times TenSet's programs
@@ -32,9 +34,12 @@ def workspace(shared_fixtures, tmp_path_factory):
 
 
 def test_records_become_candidates_kernels_and_correct_measurements(workspace):
-    counts = C.add_records(compose(workspace))
+    cfg = compose(workspace)
+    args = (workspace_of(cfg), Shard(), target_of(cfg))
+    counts = C.add_records(*args, tenset_root=tenset_copy(cfg))
     assert counts == {"tenset_candidates": 1, "tenset_failed": 1}
-    assert C.add_records(compose(workspace)) == {"tenset_candidates": 0, "tenset_failed": 0}  # once each
+    again = C.add_records(*args, tenset_root=tenset_copy(cfg))
+    assert again == {"tenset_candidates": 0, "tenset_failed": 0}  # once each
     ws = compose(workspace)
     root = f"{ws.paths.data}/{ws.workspace}"
     cands = pd.read_parquet(f"{root}/candidates")

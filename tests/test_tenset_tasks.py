@@ -23,8 +23,8 @@ EXPECTED = {("bert_tiny", "cuda"): 10, ("bert_tiny", "llvm"): 10, ("dcgan", "cud
 
 
 def _cfg(tmp_path, path, networks=None):
-    return OmegaConf.create({"paths": {"data": str(tmp_path)},
-                             "dataset": {"name": "tenset", "source": "tenset", "path": str(path), "networks": networks}})
+    """The `dataset` group's config of a TenSet dataset (the data folder: `tmp_path`)."""
+    return OmegaConf.create({"name": "tenset", "source": "tenset", "path": str(path), "networks": networks})
 
 
 def _target(kind):
@@ -89,12 +89,10 @@ def test_unknown_network_is_a_clear_error(shared_fixtures, tmp_path):
 
 
 def test_missing_copy_says_what_to_do(tmp_path):
-    cfg = OmegaConf.create({"paths": {"data": str(tmp_path)}, "dataset": {"path": None}})
     with pytest.raises(DS.DatasetError, match="stage=download"):
-        DS.resolve(cfg)
-    cfg.dataset.path = str(tmp_path / "nope.zip")
+        DS.resolve(None, tmp_path)
     with pytest.raises(DS.DatasetError, match="does not exist"):
-        DS.resolve(cfg)
+        DS.resolve(str(tmp_path / "nope.zip"), tmp_path)
 
 
 def _one_module(tasks, prefix):

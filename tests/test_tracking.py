@@ -21,6 +21,7 @@ from models import pyfunc
 from models.tables import build_table
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import SELECTION_KEY, Workspace, WorkspaceError
+from pipeline.stages.options import workspace_of
 
 STATIC_MODELS = ("lgbm", "xgb", "mlp", "ms_xgb")
 
@@ -50,7 +51,7 @@ def _reference(root: Path, over: list[str], uri: str) -> pd.Series:
     """Scores of the project's own model behind `uri` on its training table (the columns under
     their training names), by record id."""
     model = pyfunc.load_cost_model(uri)
-    table = build_table(Workspace.from_cfg(compose(over)), "static", device="cpu")
+    table = build_table(workspace_of(compose(over)), "static", device="cpu")
     frame = table.store_frame() if model.spec.input == "stores" else table.frame
     return model.predict_frame(frame).set_index("record_id")["score"]
 
@@ -239,7 +240,8 @@ def test_copied_workspace_keeps_its_runs(store, tmp_path):
     moved = [o for o in over if not o.startswith("paths.data=")] + [f"paths.data={copy}"]
     out = run_stage("compare", moved)
     assert out["runs"] == len(STATIC_MODELS) and Path(out["report"]).parent == copy / root.name / "reports"
-    ids = {Workspace.from_cfg(compose(o)).identity(compose(o))["workspace_id"] for o in (over, moved)}
+    ids = {workspace_of(c).identity(c.dataset.name, c.target.name)["workspace_id"]
+           for c in (compose(o) for o in (over, moved))}
     assert len(ids) == 1
     # other tasks under the same workspace name: another identity, no runs
     ws = Workspace(copy / root.name)

@@ -22,6 +22,7 @@ from models.tracking import SelectionError
 from pipeline.config import compose, run_stage
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table, write_table
+from pipeline.stages.options import tracking_store, workspace_of
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +95,7 @@ def test_mlflow_runs_params_artifacts_and_aliases(trained):
     meta = model.metadata.metadata
     assert meta["feature_set"] == "profiler" and meta["tables"] == ["features/cpu/device=cpu"]
     scores = model.predict(pd.read_parquet(root / meta["tables"][0]))
-    table = build_table(Workspace.from_cfg(cfg), "profiler", device="cpu")
+    table = build_table(workspace_of(cfg), "profiler", device="cpu")
     assert set(scores["record_id"]) == set(table.frame["record_id"]) and np.isfinite(scores["score"]).all()
 
 
@@ -176,7 +177,7 @@ def test_best_is_chosen_on_validation_never_on_test(collected_workspace, tmp_pat
         for model, val, test in ((good, 0.9, 0.1), (bad, 0.5, 1.0)):
             client.log_metric(runs.loc[model, "run_id"], "val_top1_score", val)
             client.log_metric(runs.loc[model, "run_id"], "test_top1_score", test)
-        tracking.update_aliases(cfg, identity)
+        tracking.update_aliases(tracking_store(cfg), identity)
         assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[good, "run_id"]
 
 
@@ -195,7 +196,7 @@ def test_best_is_a_model_that_can_serve_tuning(collected_workspace, tmp_path):
     name = f"{cfg.workspace}-cost-model"
     client.log_metric(runs.loc["profiler", "run_id"], "val_top1_score", 0.9)
     client.log_metric(runs.loc["static", "run_id"], "val_top1_score", 0.5)
-    aliases = tracking.update_aliases(cfg, ("within_task", "", 0))
+    aliases = tracking.update_aliases(tracking_store(cfg), ("within_task", "", 0))
     assert client.get_model_version_by_alias(name, "best").run_id == runs.loc["static", "run_id"]
     assert client.get_model_version_by_alias(name, "best-profiler").run_id == runs.loc["profiler", "run_id"]
     assert aliases["best"].startswith("lgbm/static/") and aliases["best-profiler"].startswith("lgbm/profiler/")

@@ -18,6 +18,7 @@ import pytest
 from models import tracking
 from pipeline.config import compose, run_stage
 from pipeline.core import locks
+from pipeline.stages.options import tracking_store
 
 from conftest import ROOT, copy_workspace
 
@@ -52,8 +53,9 @@ def overlapping(collected_workspace, tmp_path_factory):
     over = [*over, f"mlflow.tracking_uri=sqlite:///{tmp / 'mlflow.db'}", "train.topk_min_records=2",
             "features=static"]
     cfg = compose(over)
-    name = tracking.registered_name(cfg)
-    tracking.setup(cfg)
+    store = tracking_store(cfg)
+    name = store.registered_model
+    tracking.setup(store)
     client = mlflow.MlflowClient()
 
     def finished():
@@ -61,13 +63,13 @@ def overlapping(collected_workspace, tmp_path_factory):
 
     trains = {}
     try:
-        with tracking.store_lock(cfg, f"registered model {name}"):
+        with tracking.store_lock(store, f"registered model {name}"):
             trains = {m: start_train(over, tmp / m, m) for m in ("lgbm", "xgb")}
             wait_until(lambda: len(finished()) == 2, trains.values(), "two finished runs")
             with pytest.raises(locks.LockHeld) as refused:
                 run_stage("compare", over)
             reports_after_refusal = (root / "reports").exists()
-            bad, good = tracking.rank_runs(finished(), tracking.best_metric(cfg))["tags.model"]
+            bad, good = tracking.rank_runs(finished(), store.best_metric)["tags.model"]
             runs = finished().set_index("tags.model")
             for model, value in ((good, 1.0), (bad, 0.0)):
                 client.log_metric(runs.loc[model, "run_id"], "val_top1_score", value)
@@ -110,7 +112,8 @@ def test_two_trains_at_once_choose_best_one_after_the_other(overlapping):
     choose: the same run, registered once; the second one keeps it."""
     o = overlapping
     name, runs, good, bad, cfg = o["name"], o["runs"], o["good"], o["bad"], o["cfg"]
-    client = mlflow.MlflowClient(tracking.tracking_uri(cfg))
+    store = tracking_store(cfg)
+    client = mlflow.MlflowClient(store.uri)
     for alias in ("best", "best-static"):
         assert client.get_model_version_by_alias(name, alias).run_id == runs.loc[good, "run_id"]
     assert len(client.search_model_versions(f"name = '{name}'")) == 1  # not once per training
@@ -119,15 +122,15 @@ def test_two_trains_at_once_choose_best_one_after_the_other(overlapping):
     assert sorted(line.rsplit("; ", 1)[1] for line in lines) == ["kept)", "new)"]
 
     # a tie keeps the holder; a run that ranks above it takes the alias
-    mlflow.set_tracking_uri(tracking.tracking_uri(cfg))
+    mlflow.set_tracking_uri(store.uri)
     client.log_metric(runs.loc[bad, "run_id"], "val_top1_score", 1.0)
     for model in (good, bad):
         for m in tracking.TIEBREAK:
             client.log_metric(runs.loc[model, "run_id"], m, 0.5)
-    kept = tracking.update_aliases(cfg, ("within_task", "", 0))
+    kept = tracking.update_aliases(store, ("within_task", "", 0))
     assert kept["best"].endswith("kept)")
     assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[good, "run_id"]
     client.log_metric(runs.loc[bad, "run_id"], "val_top1_score", 1.5)
-    moved = tracking.update_aliases(cfg, ("within_task", "", 0))
+    moved = tracking.update_aliases(store, ("within_task", "", 0))
     assert moved["best"].endswith("was v1)")
     assert client.get_model_version_by_alias(name, "best").run_id == runs.loc[bad, "run_id"]

@@ -277,6 +277,30 @@ def test_report_spread_over_seeds_and_network_rows():
     assert es.loc["ours", "speedup_vs_xgb"] == pytest.approx(1.0) and list(es.index) == ["ours", "xgb"]
 
 
+def test_paired_speedup_known_answers():
+    """Geometric mean over (task, seed) pairs, an interval from resampling tasks, wins; the
+    network's row and the baseline itself left out."""
+    from pipeline.tuning import report as R
+
+    speed = {("A", 0): 2.0, ("A", 1): 2.0, ("B", 0): 1.0, ("B", 1): 0.5, ("net (network)", 0): 9.0}
+    detail = pd.DataFrame([{"task": t, "cost_model": "ours", "seed": s, "speedup_vs_xgb": v}
+                           for (t, s), v in speed.items()]
+                          + [{"task": t, "cost_model": "xgb", "seed": s, "speedup_vs_xgb": 1.0}
+                             for t in "AB" for s in (0, 1)]
+                          + [{"task": "A", "cost_model": "random", "seed": 0, "speedup_vs_xgb": 1.5},
+                             {"task": "B", "cost_model": "random", "seed": 0, "speedup_vs_xgb": 1.5},
+                             {"task": "B", "cost_model": "random", "seed": 1, "speedup_vs_xgb": float("nan")}])
+    p = R.paired_speedup(detail).set_index("cost_model")
+    assert list(p.index) == ["ours", "random"]
+    assert p.loc["ours", "geomean_speedup_vs_xgb"] == pytest.approx((2 * 2 * 1 * 0.5) ** 0.25)
+    assert (p.loc["ours", "tasks"], p.loc["ours", "pairs"], p.loc["ours", "pairs_won"]) == (2, 4, 2)
+    # tasks resampled: the interval runs from B alone (sqrt(0.5)) to A alone (2)
+    assert np.sqrt(0.5) - 1e-9 <= p.loc["ours", "interval_lo"] < p.loc["ours", "geomean_speedup_vs_xgb"]
+    assert p.loc["ours", "geomean_speedup_vs_xgb"] < p.loc["ours", "interval_hi"] <= 2.0 + 1e-9
+    assert p.loc["random", "pairs"] == 2  # the pair without a finite speedup is left out
+    assert p.loc["random", "interval_lo"] == pytest.approx(1.5) == p.loc["random", "interval_hi"]
+
+
 def test_report_markdown_and_files(tmp_path):
     from pipeline.tuning import report as R
 
@@ -297,7 +321,9 @@ def test_report_markdown_and_files(tmp_path):
     assert by["ours"]["best_latency_us"] == "1.5e+03" and by["ours"]["speedup_vs_xgb"] == "0.667"
     assert by["mlp"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
     assert "## Dropped cost models" in report.text and "- mlp: ValueError: boom" in report.text
-    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "curves_time_png", "report_md"}
+    assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "curves_time_png",
+                                 "paired_csv", "report_md"}
+    assert "## Paired with xgb" in report.text
     assert all(p.stat().st_size > 0 for p in report.files.values())
 
 
@@ -310,7 +336,7 @@ def test_cost_model_kinds():
     assert isinstance(tuning_kinds.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
     assert isinstance(tuning_kinds.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
     with pytest.raises(TuneError,
-                       match=r"unknown \['catboost'\]; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
+                       match=r"tune.cost_models='catboost'; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
         tuning_kinds.create("catboost", seed=0, threads=1)
     for kind in tuning_kinds.OURS:
         with pytest.raises(TuneError, match=f"`{kind}` needs the loaded pipeline model"):

@@ -12,6 +12,7 @@ from pipeline.config import run_stage
 from pipeline.core import identity
 from pipeline.core.errors import PipelineError
 from pipeline.workloads import relax, zoo
+from pipeline.stages.options import workspace_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPEC = "own_model:two_layer"
@@ -33,7 +34,7 @@ def _llvm():
 
 def test_own_network_through_the_stages_and_tuned(own_model, tmp_path):
     from pipeline.config import compose
-    from pipeline.core.workspace import Workspace, WorkspaceError
+    from pipeline.core.workspace import WorkspaceError
 
     over = [f"paths.data={tmp_path / 'data'}", "dataset=relax", f"dataset.module={own_model}", "budget=smoke",
             "budget.candidates_per_task=2", "measure.repeat=2", "measure.min_repeat_ms=5",
@@ -41,7 +42,7 @@ def test_own_network_through_the_stages_and_tuned(own_model, tmp_path):
     assert run_stage("tasks", over)["tasks"] == 2  # dense+relu, dense
     for stage in ("sample", "replay", "measure"):
         run_stage(stage, over)
-    ws = Workspace.from_cfg(compose(over))
+    ws = workspace_of(compose(over))
     tasks = ws.read("tasks")
     assert set(tasks["network"]) == {"two_layer"} and set(tasks["source"]) == {"relax"}
     assert ws.selection()["dataset.module"] == SPEC

@@ -10,6 +10,7 @@ import pytest
 from pipeline.config import compose, run_stage
 from pipeline.core import identity
 from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.stages.options import workspace_of
 
 
 def _moved(over: list[str], data) -> list[str]:
@@ -27,14 +28,14 @@ def test_other_selection_is_refused(measured_workspace):
     root, over = measured_workspace
     with pytest.raises(WorkspaceError, match=r'dataset\.ops=\["GMM", "C1D", "SFM"\] there, \["GMM"\] in this run'
                                              r'.*workspace=<name>.*stage=tasks force=true'):
-        Workspace.from_cfg(compose([*over, "dataset.ops=[GMM]"]))
+        workspace_of(compose([*over, "dataset.ops=[GMM]"]))
     with pytest.raises(WorkspaceError, match="budget.max_tasks=3 there, 2 in this run"):
         run_stage("train", [*over, "budget.max_tasks=2"])
     with pytest.raises(WorkspaceError, match="dataset.ops"):
         run_stage("tasks", [*over, "dataset.ops=[GMM]"])
     # a larger budget that keeps the same tasks selects the same workspace
     for ok in ("budget=default", "budget.max_tasks=null", "budget.candidates_per_task=64"):
-        assert Workspace.from_cfg(compose([*over, ok])).root == root
+        assert workspace_of(compose([*over, ok])).root == root
 
 
 def test_force_rebuilds_the_tasks_for_a_new_selection(measured_workspace, tmp_path):
@@ -44,14 +45,15 @@ def test_force_rebuilds_the_tasks_for_a_new_selection(measured_workspace, tmp_pa
     assert run_stage("tasks", [*moved, "dataset.ops=[GMM]", "force=true"])["tasks"] == 1
     assert Workspace(tmp_path / root.name).selection()["dataset.ops"] == ["GMM"]
     with pytest.raises(WorkspaceError, match="dataset.ops"):
-        Workspace.from_cfg(compose(moved))
+        workspace_of(compose(moved))
 
 
 def test_identity_follows_the_tasks_not_the_folder(measured_workspace, tmp_path):
     root, over = measured_workspace
     shutil.copytree(root, tmp_path / root.name, ignore=shutil.ignore_patterns("lib", "candidates", "kernels"))
     cfg, moved = compose(over), compose(_moved(over, tmp_path))
-    here, there = Workspace.from_cfg(cfg).identity(cfg), Workspace.from_cfg(moved).identity(moved)
+    here = workspace_of(cfg).identity(cfg.dataset.name, cfg.target.name)
+    there = workspace_of(moved).identity(moved.dataset.name, moved.target.name)
     assert here == there and len(here["workspace_id"]) == 16
     tasks = Workspace(root).read("tasks")
     shuffled = tasks.sample(frac=1.0, random_state=1)

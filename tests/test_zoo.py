@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from pipeline.core import identity
 from pipeline.workloads import networks, zoo
+from pipeline.stages.options import workspace_of
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CUDA = {"kind": "cuda", "arch": "sm_90a", "max_threads_per_block": 1024,
@@ -18,7 +19,8 @@ CUDA = {"kind": "cuda", "arch": "sm_90a", "max_threads_per_block": 1024,
 
 
 def _cfg(**dataset):
-    return OmegaConf.create({"seed": 0, "dataset": {"name": "zoo", "source": "zoo", "batch": 1, **dataset}})
+    """The `dataset` group's config of a zoo dataset."""
+    return OmegaConf.create({"name": "zoo", "source": "zoo", "batch": 1, **dataset})
 
 
 def _llvm():
@@ -122,13 +124,13 @@ def test_stage_tasks_on_zoo(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from pipeline.stages import tasks
-    from pipeline.core.workspace import Workspace, read_table
+    from pipeline.core.workspace import read_table
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("config", overrides=["dataset=zoo", "dataset.networks=[resnet18]", "budget=smoke",
                                            f"paths.data={tmp_path}"])
     assert tasks.run(cfg) == {"tasks": 3, "records": 0}
-    df = read_table(Workspace.from_cfg(cfg).tasks)
+    df = read_table(workspace_of(cfg).tasks)
     assert set(df["network"]) == {"resnet18"} and set(df["source"]) == {"zoo"}
     # budget=smoke keeps the heaviest tasks (weight x FLOPs): convolutions.
     assert all("conv2d" in n for n in df["name"])

@@ -1,6 +1,6 @@
 """Profile kernels with Nsight Compute: one ncu process per batch, with isolation.
 
-A batch of kernels runs in one process of the kernel harness (pipeline/device/harness.py,
+A batch of kernels runs in one process of the kernel harness (pipeline/device/harness,
 `--in-process --instrument nvtx`: each kernel's profiled call inside an NVTX range named
 by its record) under one ncu invocation, loading TVM and starting ncu once per batch
 instead of once per kernel. The harness logs a start and a done line per kernel; when the
@@ -24,10 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from features.ncu import command, report
-from features.ncu import metrics as M
 from pipeline.device import harness
 from pipeline.core import schema as S
 from pipeline.core.catalog import Table, ncu_tables
@@ -149,9 +147,42 @@ def describe_exit(rc: int | None, timed_out: bool, timeout_s: float) -> str | No
 
 def harness_command(python: str, jobs_file: Path, progress: Path, root: Path, opts: Options) -> list[str]:
     """The kernel harness in this process under ncu: NVTX instrument, one event line per start and done."""
-    return [python, str(harness.HARNESS), "--in-process", "--jobs", str(jobs_file), "--out", str(progress),
+    return [*harness.command(python), "--in-process", "--jobs", str(jobs_file), "--out", str(progress),
             "--root", str(root), "--device", opts.device, "--instrument", "nvtx", "--domain", opts.domain,
             "--warmup", str(opts.warmup)]
+
+
+def _invoke(batch: list[dict], stem: Path, ncu: str, metrics: list[str] | None, python: str, root: Path,
+            opts: Options) -> tuple[int | None, bool, str]:
+    """One ncu invocation of the harness over `batch`: files named `stem`.*; (rc, timed out, log)."""
+    jobs_file, progress = stem.with_name(f"{stem.name}.jobs.jsonl"), stem.with_name(f"{stem.name}.progress.jsonl")
+    rep, log_file = stem.with_name(f"{stem.name}.ncu-rep"), stem.with_name(f"{stem.name}.log")
+    jobs_file.write_text("".join(json.dumps({k: j[k] for k in ("record_id", "artifact", "args")}) + "\n"
+                                 for j in batch))
+    target = harness_command(python, jobs_file, progress, root, opts)
+    cmd = command.build_command(target, str(rep), ncu=ncu, metrics=metrics, section_set=opts.section_set,
+                                clock_control=opts.clock_control, cache_control=opts.cache_control,
+                                replay_mode=opts.replay_mode, domain=opts.domain, extra_args=opts.extra_args)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    child = harness.run_child(cmd, log_file, env=env, timeout_s=opts.timeout_s)
+    return child.rc, child.timed_out, (log_file.read_text(errors="replace") if log_file.exists() else "")
+
+
+def _read_into(out: Outcome, rep: Path, domain: str, metrics: list[str] | None,
+               verdict: str | None) -> tuple[list[dict], bool, str | None]:
+    """The rows of report `rep`, its units and metrics merged into `out`; a truncated or
+    unreadable report counts as no report and says so in the verdict."""
+    if not rep.exists():
+        return [], False, verdict
+    try:
+        parsed = report.read(str(rep), domain, metrics)
+    except Exception as e:  # noqa: BLE001 - a truncated report counts as no report
+        return [], False, f"{verdict or 'ok'}; the report could not be read ({type(e).__name__}: {e})"
+    out.units.update(parsed.units)
+    out.string_metrics |= parsed.string_metrics
+    out.metrics.extend(m for m in parsed.metrics if m not in out.metrics)
+    out.reports.append(str(rep))
+    return parsed.rows, True, verdict
 
 
 def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, python: str = sys.executable,
@@ -164,24 +195,14 @@ def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, pytho
     metrics = list(opts.metrics) if opts.metrics else None
     out = Outcome(kernels=[], errors={}, metrics=list(metrics or []))
     report_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
     pending = [j["record_id"] for j in jobs]
     by_id = {j["record_id"]: j for j in jobs}
     tries: dict[str, int] = {}
     while pending:
         batch, pending = pending[: max(1, opts.batch_size)], pending[max(1, opts.batch_size):]
         name = f"{tag}-{uuid.uuid4().hex[:10]}"
-        jobs_file, progress = report_dir / f"{name}.jobs.jsonl", report_dir / f"{name}.progress.jsonl"
-        rep, log_file = report_dir / f"{name}.ncu-rep", report_dir / f"{name}.log"
-        jobs_file.write_text("".join(json.dumps({k: by_id[r][k] for k in ("record_id", "artifact", "args")}) + "\n"
-                                     for r in batch))
-        target = harness_command(python, jobs_file, progress, root, opts)
-        cmd = command.build_command(target, str(rep), ncu=ncu, metrics=metrics, section_set=opts.section_set,
-                                    clock_control=opts.clock_control, cache_control=opts.cache_control,
-                                    replay_mode=opts.replay_mode, domain=opts.domain, extra_args=opts.extra_args)
-        child = harness.run_child(cmd, log_file, env=env, timeout_s=opts.timeout_s)
-        rc, timed_out = child.rc, child.timed_out
-        text = log_file.read_text(errors="replace") if log_file.exists() else ""
+        progress, rep = report_dir / f"{name}.progress.jsonl", report_dir / f"{name}.ncu-rep"
+        rc, timed_out, text = _invoke([by_id[r] for r in batch], report_dir / name, ncu, metrics, python, root, opts)
         out.invocations += 1
         check_output(text)
         started, done, host = read_progress(progress)
@@ -199,21 +220,7 @@ def profile(jobs: list[dict], root: Path, report_dir: Path, opts: Options, pytho
             tail = " | ".join(text.strip().splitlines()[-4:])[:800]
             raise NcuError(f"ncu could not run the harness ({describe_exit(rc, timed_out, opts.timeout_s)}): {tail}")
         verdict = describe_exit(rc, timed_out, opts.timeout_s)
-        profiled_rows: list[dict] = []
-        report_read = False
-        if rep.exists():
-            try:
-                parsed = report.read(str(rep), opts.domain, metrics)
-                profiled_rows = parsed.rows
-                out.units.update(parsed.units)
-                out.string_metrics |= parsed.string_metrics
-                for m in parsed.metrics:
-                    if m not in out.metrics:
-                        out.metrics.append(m)
-                out.reports.append(str(rep))
-                report_read = True
-            except Exception as e:  # noqa: BLE001 - a truncated report counts as no report
-                verdict = f"{verdict or 'ok'}; the report could not be read ({type(e).__name__}: {e})"
+        profiled_rows, report_read, verdict = _read_into(out, rep, opts.domain, metrics, verdict)
         profiled = {r["record_id"] for r in profiled_rows}
         accepted, errors, retry = settle(batch, started, done, profiled, report_read, verdict, tries)
         for rid in retry:
@@ -250,22 +257,36 @@ class NcuProfiler:
         self.options, self.report_dir, self.section_set = options, Path(report_dir), section_set
         self.tag, self.target_name = tag, target_name
 
-    @classmethod
-    def from_cfg(cls, cfg) -> "NcuProfiler":
-        n = cfg.collect.ncu
-        section_set = str(n.set) if n.get("set") else None
-        metrics = None if section_set else M.resolve(OmegaConf.to_object(n.metrics) if OmegaConf.is_config(n.metrics)
-                                                    else n.metrics)
-        opts = Options(ncu=str(n.executable), metrics=metrics, section_set=section_set,
-                       clock_control=str(n.clock_control), cache_control=str(n.cache_control),
-                       replay_mode=str(n.replay_mode), batch_size=int(n.batch_size), timeout_s=float(n.timeout_s),
-                       warmup=int(n.warmup), extra_args=[str(a) for a in n.extra_args])
-        report_dir = (Path(cfg.paths.ncu_profiles).expanduser().resolve() / str(cfg.workspace)
-                      / f"device={cfg.target.device}")
-        return cls(opts, report_dir, section_set, f"shard{int(cfg.shard.index)}", str(cfg.target.name))
+    # a device bundle part runs this profiler on the host (pipeline/runner/part.py)
+    on_device_host = True
 
     def tables(self) -> tuple[Table, Table]:
         return ncu_tables(self.section_set)
+
+    def host_command(self, section_folder: str) -> dict:
+        """What a bundle part runs: the ncu arguments (its report path `{report}` filled in on
+        the host, the section files in `section_folder`) and the nvtx instrument's options."""
+        o = self.options
+        argv = command.build_command([], "{report}.ncu-rep", ncu="ncu", metrics=o.metrics, section_set=o.section_set,
+                                     clock_control=o.clock_control, cache_control=o.cache_control,
+                                     replay_mode=o.replay_mode, domain=o.domain, extra_args=o.extra_args,
+                                     section_folder=section_folder)
+        return dict(args=argv[1:], options=dict(domain=o.domain, warmup=o.warmup))
+
+    def import_host(self, folder: Path, wanted: dict, write) -> tuple[int, int, set] | None:
+        """The rows of the records in `wanted` (record_id -> task_id) that a bundle part's
+        results folder holds, handed to `write`: (rows, error rows, the records settled); None
+        when ncu did not run there."""
+        part = read_host_results(folder, self.options.domain, self.options.metrics)
+        if part is None:
+            return None
+        keep = {rid for rid in {k["record_id"] for k in part.kernels} | set(part.errors) if rid in wanted}
+        part = Outcome(kernels=[k for k in part.kernels if k["record_id"] in keep],
+                       errors={r: e for r, e in part.errors.items() if r in keep}, units=part.units,
+                       string_metrics=part.string_metrics, metrics=part.metrics, host=part.host)
+        settled = [dict(record_id=r, task_id=wanted[r]) for r in sorted(keep)]
+        ok, bad = write_outcome(part, settled, self.tables(), self.options.metrics, write)
+        return ok, bad, keep
 
     @property
     def batch_size(self) -> int:

@@ -296,7 +296,7 @@ def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float 
         return "done", result, back
 
 
-def create(cfg) -> Executor:
-    """The executor of `cfg.executor` (`_target_`: its class; the other keys are its
-    keyword arguments), told whether the target's device is a GPU."""
-    return instantiate(cfg.executor, gpu=str(cfg.target.kind) == "cuda", _convert_="all")
+def create(config, *, gpu: bool = False) -> Executor:
+    """The executor of the `executor` group's `config` (`_target_`: its class; the other keys
+    are its keyword arguments), told whether the target's device is a GPU."""
+    return instantiate(config, gpu=bool(gpu), _convert_="all")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -265,6 +265,57 @@ def sync_records(ws: Workspace, tasks: pd.DataFrame | None = None, *, fresh: boo
         return _sync(ws, tasks, fresh)
 
 
+@dataclass
+class _Scan:
+    """The record files read line by line: each record once, the lines each file keeps, the
+    lines it loses (kept aside in `.removed`), and the (target, args_info) MetaSchedule wrote
+    per workload, to write lost lines back the same way."""
+    workloads: list
+    workload_file: str
+    task_of_index: dict[int, str]
+    wanted: set[str]
+    run_secs: dict
+    fresh: bool
+    counts: dict
+    seen: set[str] = field(default_factory=set)
+    ids: dict[int, str] = field(default_factory=dict)  # id(line) -> record id
+    templates: dict[int, tuple] = field(default_factory=dict)  # workload index -> (target, args_info)
+
+    def file(self, f: Path) -> list[RecordLine]:
+        lines, bad = read_record_lines([f]) if f.exists() else ([], [])
+        removed, kept = list(bad), []
+        for r in lines:
+            if r.workload_index >= len(self.workloads):
+                removed.append(BadLine(str(f), r.line_no, f"workload index {r.workload_index} is past the "
+                                                            f"{len(self.workloads)} lines of {self.workload_file}",
+                                       r.raw.encode()))
+                continue
+            rid = r.record_id(self.task_of_index.get(r.workload_index, ""))
+            if rid in self.seen:
+                self.counts["duplicates"] += 1
+                continue
+            if self.fresh and rid not in self.wanted:
+                removed.append(BadLine(str(f), r.line_no, "no candidate of this workspace has this trace on this "
+                                                          "workload (database_workload.json was rebuilt)",
+                                       r.raw.encode()))
+                continue
+            self.seen.add(rid)
+            self.ids[id(r)] = rid
+            if r.target is not None and r.args_info is not None:
+                self.templates.setdefault(r.workload_index, (r.target, r.args_info))
+            if self.fresh:
+                continue  # written anew, from the tables
+            secs = self.run_secs.get(rid)
+            if rid in self.wanted and secs != r.run_secs:  # a candidate's line says what measurements/ says
+                r.run_secs, r.raw = secs, None
+                self.counts["updated"] += 1
+            kept.append(r)
+        if removed:
+            _keep_removed(f, removed)
+            self.counts["removed"] += len(removed)
+        return kept
+
+
 def _sync(ws: Workspace, tasks: pd.DataFrame, fresh: bool) -> dict:
     workloads = read_workload_lines(ws)
     tasks = tasks[tasks["workload_index"].map(lambda i: 0 <= int(i) < len(workloads))]
@@ -277,48 +328,13 @@ def _sync(ws: Workspace, tasks: pd.DataFrame, fresh: bool) -> dict:
     files = record_files(ws)
     if ws.db_tuning_record not in files:
         files.insert(0, ws.db_tuning_record)
-    kept: dict[Path, list[RecordLine]] = {}
-    seen: set[str] = set()
-    ids: dict[int, str] = {}  # id(line) -> record id
-    templates: dict[int, tuple] = {}  # workload index -> (target, args_info) as MetaSchedule wrote them
-    wanted = set(cands["record_id"])
-    for f in files:
-        lines, bad = read_record_lines([f]) if f.exists() else ([], [])
-        removed = list(bad)
-        kept[f] = []
-        for r in lines:
-            if r.workload_index >= len(workloads):
-                removed.append(BadLine(str(f), r.line_no, f"workload index {r.workload_index} is past the "
-                                                            f"{len(workloads)} lines of {ws.db_workload.name}",
-                                       r.raw.encode()))
-                continue
-            rid = r.record_id(task_of_index.get(r.workload_index, ""))
-            if rid in seen:
-                counts["duplicates"] += 1
-                continue
-            if fresh and rid not in wanted:
-                removed.append(BadLine(str(f), r.line_no, "no candidate of this workspace has this trace on this "
-                                                          "workload (database_workload.json was rebuilt)",
-                                       r.raw.encode()))
-                continue
-            seen.add(rid)
-            ids[id(r)] = rid
-            if r.target is not None and r.args_info is not None:
-                templates.setdefault(r.workload_index, (r.target, r.args_info))
-            if fresh:
-                continue  # written anew below, from the tables
-            secs = run_secs.get(rid)
-            if rid in wanted and secs != r.run_secs:  # a candidate's line says what measurements/ says
-                r.run_secs, r.raw = secs, None
-                counts["updated"] += 1
-            kept[f].append(r)
-        if removed:
-            _keep_removed(f, removed)
-            counts["removed"] += len(removed)
+    scan = _Scan(workloads, ws.db_workload.name, task_of_index, set(cands["record_id"]), run_secs, fresh, counts)
+    kept = {f: scan.file(f) for f in files}
+    seen, ids = scan.seen, scan.ids
     missing = cands if fresh else cands[~cands["record_id"].isin(seen)]
     if len(missing):
         index_of = {t: i for i, t in task_of_index.items()}
-        rebuilt = _lines_from_tables(missing, index_of, run_secs, templates, workloads, tasks)
+        rebuilt = _lines_from_tables(missing, index_of, run_secs, scan.templates, workloads, tasks)
         kept[ws.db_tuning_record] += [r for r, _ in rebuilt]
         ids.update((id(r), rid) for r, rid in rebuilt)
         counts["rebuilt"] = len(rebuilt) - (len(seen) if fresh else 0)

@@ -40,11 +40,11 @@ def workspace_id(dataset: str, target: str, digest: str) -> str:
     return hashlib.sha256(f"{dataset}\n{target}\n{digest}".encode()).hexdigest()[:16]
 
 
-def selection(cfg, available: int) -> dict:
-    """What picks a workspace's tasks, as stage=tasks records it: the dataset's name and source,
-    the dataset keys named in `dataset.task_keys`, and how many of the `available` workloads
-    `budget.max_tasks` keeps (a larger budget that keeps them all selects the same tasks)."""
-    d = cfg.dataset
+def selection(d, max_tasks: int | None, available: int) -> dict:
+    """What picks a workspace's tasks, as stage=tasks records it: the name and source of the
+    dataset config `d`, its keys named in `dataset.task_keys`, and how many of the `available`
+    workloads `max_tasks` (`budget.max_tasks`) keeps (a larger budget that keeps them all selects
+    the same tasks)."""
     out = {"dataset.name": str(d.name), "dataset.source": str(d.get("source"))}
     for key in d.get("task_keys") or []:
         value = d.get(key)
@@ -52,15 +52,15 @@ def selection(cfg, available: int) -> dict:
     if out["dataset.source"] == "release":  # a release's tasks are all of its tasks, whatever the budget
         out["available"] = int(available)
         return out
-    limit = cfg.budget.get("max_tasks")
-    out["budget.max_tasks"] = int(available) if limit is None else min(int(limit), int(available))
+    out["budget.max_tasks"] = int(available) if max_tasks is None else min(int(max_tasks), int(available))
     out["available"] = int(available)
     return out
 
 
-def selection_diff(recorded: dict, cfg) -> list[str]:
-    """How the selection of `cfg` differs from the one a workspace recorded (empty: none)."""
-    now = selection(cfg, int(recorded.get("available", 0)))
+def selection_diff(recorded: dict, dataset, max_tasks: int | None) -> list[str]:
+    """How the selection of the dataset config and budget differs from the one a workspace
+    recorded (empty: none)."""
+    now = selection(dataset, max_tasks, int(recorded.get("available", 0)))
     return [f"{k}={json.dumps(recorded.get(k))} there, {json.dumps(v)} in this run"
             for k, v in now.items() if k != "available" and recorded.get(k) != v]
 

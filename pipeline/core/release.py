@@ -416,7 +416,7 @@ def _command(c: dict) -> str:
 
 def dataset_card(m: dict) -> str:
     """DATASET.md: what the release holds, how it was timed, its noise, failures, licence."""
-    counts, hw, timing, fail = m["counts"], m["hardware"], m.get("timing") or {}, m["failures"]
+    counts, hw = m["counts"], m["hardware"]
     nets = ", ".join(counts["networks"]) or "none"
     lines = [
         f"# {m['name']}", "",
@@ -435,8 +435,15 @@ def dataset_card(m: dict) -> str:
     lines += ["", "`tables/*.parquet` are the workspace's tables (pipeline/core/schema.py, schema version "
               f"{m['schema_version']}); `database_workload.json` and `database_tuning_record.json` are a "
               "MetaSchedule JSON database (`ms.database.JSONDatabase`), every record with its run times "
-              "(1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", "",
-              "## How it was timed", ""]
+              "(1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", ""]
+    lines += _card_timing(m) + _card_noise_and_failures(m) + _card_provenance(m)
+    return "\n".join(lines)
+
+
+def _card_timing(m: dict) -> list[str]:
+    """The card's 'How it was timed': repeats, cache flushes and the host's load while timing."""
+    hw, timing = m["hardware"], m.get("timing") or {}
+    lines = ["## How it was timed", ""]
     if timing:
         busy = timing.get("timed_while_busy")
         def shown(v):
@@ -451,8 +458,13 @@ def dataset_card(m: dict) -> str:
                      "; no kernel timed while it was above the CPU count" if busy == 0 else "")]
     else:
         lines += ["- not timed (no measurements)"]
-    noise = m.get("label_noise")
-    lines += ["", "## Label noise", ""]
+    return lines
+
+
+def _card_noise_and_failures(m: dict) -> list[str]:
+    """The card's label noise (what no model can beat) and its failure counts."""
+    noise, fail = m.get("label_noise"), m["failures"]
+    lines = ["", "## Label noise", ""]
     if noise:
         lines += [f"`benchmarks/measurement_noise.py` re-timed {noise.get('tasks')} tasks x {noise.get('records')} "
                   f"kernels in {noise.get('rounds')} interleaved rounds: the stored labels agree with the "
@@ -468,7 +480,13 @@ def dataset_card(m: dict) -> str:
                  if fail.get("measure_error_kinds") else ""),
               f"- outputs checked against the unscheduled reference: {fail['checked']}, incorrect: "
               f"{fail['incorrect']}",
-              "", "## How it was made", ""]
+              ""]
+    return lines
+
+
+def _card_provenance(m: dict) -> list[str]:
+    """The card's commands, versions, use and licence."""
+    lines = ["## How it was made", ""]
     times = _stage_times(m.get("commands") or [])
     if times:
         lines += ["Stage wall times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()), "", "```"]
@@ -484,7 +502,7 @@ def dataset_card(m: dict) -> str:
               "`stage=replay`, `stage=measure` and `stage=release` there.", "",
               "## Licence", "", f"{m.get('licence')}. The workloads come from the MetaSchedule operator suite and "
               "network definitions in this repository (random weights).", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def model_card(m: dict) -> str:

@@ -16,10 +16,6 @@ class Shard:
         if not 0 <= self.index < self.count:
             raise ValueError(f"shard.index={self.index} must be in [0, shard.count={self.count})")
 
-    @classmethod
-    def from_cfg(cls, cfg) -> "Shard":
-        return cls(int(cfg.shard.index), int(cfg.shard.count))
-
     def of(self, df: pd.DataFrame, by: str | None = None) -> pd.DataFrame:
         """Rows of `df` in this shard: round-robin by position, or by the order of first
         appearance of the values of column `by` (all rows of one value stay together)."""

@@ -50,15 +50,6 @@ class WorkspaceError(PipelineError):
 class Workspace:
     root: Path
 
-    @classmethod
-    def from_cfg(cls, cfg, *, check: bool = True) -> "Workspace":
-        """The workspace of `cfg`; `check`: refuse one whose tasks another dataset selection
-        picked (see `check_selection`)."""
-        ws = cls(Path(cfg.paths.data).expanduser().resolve() / str(cfg.workspace))
-        if check:
-            ws.check_selection(cfg)
-        return ws
-
     @property
     def name(self) -> str:
         return self.root.name
@@ -145,12 +136,12 @@ class Workspace:
         raw = (pq.read_schema(self.tasks).metadata or {}).get(SELECTION_KEY)
         return json.loads(raw) if raw else None
 
-    def check_selection(self, cfg) -> None:
-        """Refuse a config whose dataset selection differs from the one the workspace was built
-        for: every table, run and model of the workspace would be labelled with a dataset it
-        does not hold (`dataset.ops=[GMM]` on a workspace of 13 operators)."""
+    def check_selection(self, dataset, max_tasks: int | None) -> None:
+        """Refuse a dataset config and budget whose selection differs from the one the workspace
+        was built for: every table, run and model of the workspace would be labelled with a
+        dataset it does not hold (`dataset.ops=[GMM]` on a workspace of 13 operators)."""
         recorded = self.selection()
-        diff = identity.selection_diff(recorded, cfg) if recorded else []
+        diff = identity.selection_diff(recorded, dataset, max_tasks) if recorded else []
         if diff:
             raise WorkspaceError(
                 f"workspace {self.root} holds the tasks of another dataset selection ({'; '.join(diff)}). Give this "
@@ -158,12 +149,12 @@ class Workspace:
                 f"values, or rebuild it for this selection with `python -m pipeline stage=tasks force=true` and the "
                 f"stages after it.")
 
-    def identity(self, cfg) -> dict[str, str]:
-        """Who the workspace is, wherever its folder lies: dataset, target and the content hash
-        of its task table (`workspace_id` is a hash of the three)."""
+    def identity(self, dataset: str, target: str) -> dict[str, str]:
+        """Who the workspace is, wherever its folder lies: the names of its dataset and target and
+        the content hash of its task table (`workspace_id` is a hash of the three)."""
         tasks = self.read("tasks", require=True, columns=["task_id", "target"])
         digest = identity.tasks_digest(tasks["task_id"], tasks["target"])
-        dataset, target = str(cfg.dataset.name), str(cfg.target.name)
+        dataset, target = str(dataset), str(target)
         return {"workspace_id": identity.workspace_id(dataset, target, digest), "workspace.dataset": dataset,
                 "workspace.target": target, "workspace.tasks_digest": digest}
 

@@ -1,12 +1,12 @@
 """Build here, run there: a self-contained folder of kernels for a GPU host.
 
 The bundle holds the exported kernels, the reference inputs/outputs, the job list,
-the kernel harness (pipeline/device/harness.py, as harness.py) and (optionally) a
+the kernel harness (the package pipeline/device/harness, as harness/) and (optionally) a
 runtime-only copy of TVM: the installed `tvm` package without its compiler library,
 headers and sources (about 30 MB instead of 300). On the GPU host:
 
     tar xzf bundle.tar.gz && cd bundle
-    TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py \\
+    TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 -m harness \\
         --jobs jobs.jsonl --out results.jsonl --device cuda --instrument timer
 
 and back here: `python -m pipeline stage=measure measure.mode=import
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 # Parts of the installed `tvm` package a runtime-only host does not need.
 COMPILER_ONLY = ("lib/libtvm_compiler.so", "3rdparty", "include", "src")
 
-RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 harness.py --instrument timer "
+RUN_COMMAND = ("TVM_USE_RUNTIME_LIB=1 PYTHONPATH=runtime python3 -m harness --instrument timer "
                "--jobs jobs.jsonl --out results.jsonl --device {device} --timeout-s {timeout}")
 
 
@@ -73,7 +73,7 @@ def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing:
                 if not target.exists():
                     shutil.copy2(root / j[key], target)
     (dest / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
-    shutil.copy2(harness.HARNESS, dest / "harness.py")
+    shutil.copytree(harness.HARNESS, dest / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     cmd = RUN_COMMAND.format(device=device, timeout=timeout_s)
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in timing.items())
     (dest / "RUN.txt").write_text(f"{cmd} {flags}\n")
@@ -118,6 +118,11 @@ def runtime_filter(src: Path):
     return keep
 
 
+def no_bytecode(info: tarfile.TarInfo):
+    """tarfile filter that leaves out Python's bytecode caches."""
+    return None if "__pycache__" in info.name.split("/") else info
+
+
 def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(data), mode
@@ -136,7 +141,7 @@ def _write_part(path: Path, name: str, root: Path, jobs: list[dict], spec: dict,
         if spec.get("ncu") and SECTIONS_ARG in spec["ncu"]["args"]:  # the curated list's section files
             for file, text in sections.files().items():
                 _add_bytes(tar, f"{name}/{SECTIONS}/{file}", text.encode())
-        tar.add(harness.HARNESS, arcname=f"{name}/harness.py")
+        tar.add(harness.HARNESS, arcname=f"{name}/harness", filter=no_bytecode)
         tar.add(host_part.HERE / "part.py", arcname=f"{name}/run_part.py")
         for w in wheels:
             tar.add(w, arcname=f"{name}/wheels/{w.name}")

@@ -4,28 +4,30 @@ measurements of a device bundle imported by stage=collect)."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from pipeline.core import database as D
 from pipeline.device import harness
-from pipeline.compute.executor import Executor
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
-from pipeline.runner import modes
 from pipeline.runner.jobs import kernel_jobs
+
+if TYPE_CHECKING:
+    from pipeline.runner.modes import Mode
 
 log = logging.getLogger(__name__)
 
 
-def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> dict:
-    """Measure the shard's kernels with `mode` (default: `measure.mode`) and write the
-    measurements table (error rows for build failures and failed kernels) and the run
-    times into the MetaSchedule database; returns the counts."""
-    ws = Workspace.from_cfg(cfg)
-    mode = mode or modes.create(str(cfg.measure.mode), cfg, ws, executor)
-    shard = Shard.from_cfg(cfg)
-    device = str(cfg.target.device)
-    todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=bool(cfg.force))
+def measure(ws: Workspace, shard: Shard, mode: Mode) -> dict:
+    """Measure the shard's kernels with `mode` and write the measurements table (error rows
+    for build failures and failed kernels, under the target's device name of the mode's
+    settings) and the run times into the MetaSchedule database; `check_per_task` kernels of
+    each task are checked against the unscheduled reference; force=true measures again.
+    Returns the counts."""
+    device, check_per_task, force = mode.settings.device_name, mode.settings.check_per_task, mode.settings.force
+    mode.prepare()
+    todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=force)
     out = ws.writer("measurements", shard, flush_rows=1 << 30)  # flushed by hand: a part per batch of results
     # Build failures carry over as error rows: every record appears once in measurements.
     failed = todo[todo["error"].notna()]
@@ -37,7 +39,7 @@ def measure(cfg, executor: Executor, mode: modes.MeasureMode | None = None) -> d
         log.warning("%d kernel(s) have no library under %s (lost since they were built): not measured; "
                     "`python -m pipeline stage=replay` builds them again", len(lost), ws.kernel_libs)
         todo = todo[~todo["record_id"].isin(set(lost["record_id"]))]
-    jobs = kernel_jobs(ws, todo, int(cfg.measure.check_per_task))
+    jobs = kernel_jobs(ws, todo, int(check_per_task))
     if not mode.measures:
         for _ in mode.results(jobs):
             pass

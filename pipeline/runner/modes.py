@@ -1,55 +1,109 @@
-"""Measure modes (`measure.mode`), chosen with `create(kind, cfg, ws, executor)`.
+"""Run modes (`measure.mode`, `collect.mode`): where a stage's kernels run, one family for
+both stages, chosen with `create(kind, settings, ws, executor)`.
 
-`local` runs the kernels under the kernel harness's supervisor (timer instrument) on the
-executor's devices: this machine (`executor=local`) or the measuring nodes of a Ray
-cluster (`executor=ray`); `export` writes a bundle for a device host; `import` reads back
-the results that host wrote. Each turns the measure stage's jobs into the harness's
-`done` events.
+`local` runs them on the executor's devices (this machine with `executor=local`, the
+measuring nodes of a Ray cluster with `executor=ray`) under the kernel harness's
+supervisor; `export` writes a bundle for a device host that has only Python; `import` reads
+back the results that host wrote. Every mode serves both stages: `results(jobs)` gives
+stage=measure the timer's `done` events of the jobs, `profile(cands, shard, profiler)`
+gives stage=collect a profiler's rows of the shard's built kernels.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Iterator
 
-from omegaconf import OmegaConf
+import pandas as pd
 
 from pipeline.device import harness
+from pipeline.core.catalog import table
 from pipeline.core.errors import PipelineError
 from pipeline.compute.executor import Executor
+from pipeline.compute.progress import progress
 from pipeline.core.registry import choose
+from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
-from pipeline.runner.bundle import export_bundle, read_results, results_folders
+from pipeline.runner import bundle, wheels
+from pipeline.runner.jobs import kernel_jobs
+from pipeline.runner.measurements import measure
 
 log = logging.getLogger(__name__)
 
 
-def device_kind(cfg) -> str:
-    return "cuda" if str(cfg.target.kind) == "cuda" else "cpu"
+@dataclass
+class BundleSettings:
+    """The `bundle` group: the Python and platform of a device host's wheels, their cache
+    (None: ~/.cache/tcp-pipeline/wheels), the size of collect's parts, and ncu's chunk and
+    per-kernel time limit on the host."""
+
+    python: str = "3.12"
+    platform: str = "manylinux2014_x86_64"
+    part_mib: float = 64
+    part_kernels: int = 128
+    wheel_cache: str | None = None
+    ncu_chunk: int = 16
+    ncu_timeout_s: float = 300
+
+@dataclass
+class MeasureSettings:
+    """The `measure` group as the modes read it (a stage makes it once from its config,
+    pipeline/stages/options.py): where kernels run (`device`: cpu | cuda, the harness's
+    device kind), MetaSchedule's runner semantics for the timer, the harness's limits, and
+    the shard (its events file and bundle are its own); the rows' device name, the kernels
+    checked per task, where `import` reads results (`results`, named `results_option` in
+    errors) and the `bundle` group."""
+
+    device: str = "cpu"
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: int = 20
+    rtol: float = 1e-3
+    atol: float = 1e-3
+    cache_flush: bool = True
+    rounds: int = 1
+    timeout_s: float = 30.0
+    batch_size: int = 64
+    bundle_runtime: bool = True
+    results: list[str] = field(default_factory=list)
+    shard_index: int = 0
+    shard_count: int = 1
+    force: bool = False
+    device_name: str = "cpu"
+    check_per_task: int = 2
+    results_option: str = "measure.results"
+    bundle: BundleSettings = field(default_factory=BundleSettings)
+
+    def timer_options(self) -> dict:
+        """The timer instrument's options (MetaSchedule runner semantics)."""
+        return dict(number=int(self.number), repeat=int(self.repeat), min_repeat_ms=int(self.min_repeat_ms),
+                    rtol=float(self.rtol), atol=float(self.atol), cache_flush=int(bool(self.cache_flush)))
+
+    def harness_options(self) -> dict:
+        """The harness command line's timing options on a device host: the timer's, and the
+        interleaved rounds."""
+        return dict(self.timer_options(), rounds=int(self.rounds))
 
 
-def timer_options(cfg) -> dict:
-    """The timer instrument's options from `measure.*` (MetaSchedule runner semantics)."""
-    m = cfg.measure
-    return dict(number=int(m.number), repeat=int(m.repeat), min_repeat_ms=int(m.min_repeat_ms),
-                rtol=float(m.rtol), atol=float(m.atol), cache_flush=int(bool(m.cache_flush)))
-
-
-def harness_options(cfg) -> dict:
-    """The harness command line's timing options on a device host: the timer's, and the
-    interleaved rounds (`measure.rounds`)."""
-    return dict(timer_options(cfg), rounds=int(cfg.measure.rounds))
-
-
-class MeasureMode:
-    """Jobs (record_id, task_id, artifact, args, reference) -> batches of `done` events."""
+class Mode:
+    """Where the kernels run: jobs (record_id, task_id, artifact, args, reference) -> batches of
+    `done` events for stage=measure; a profiler's rows of the shard's kernels for stage=collect."""
 
     # False: nothing is measured now (the rows come later, by `import`).
     measures = True
     # True: the workspace's kernel libraries are read (to run them, or to ship them).
     reads_libraries = True
+
+    def __init__(self, settings: MeasureSettings, ws: Workspace, executor: Executor):
+        self.settings, self.ws, self.executor = settings, ws, executor
+        self.root = ws.root
+
+    def prepare(self) -> None:
+        """Before measuring (pipeline/runner/measurements.py): what the mode checks or clears."""
 
     def results(self, jobs: list[dict]) -> Iterator[list[dict]]:
         raise NotImplementedError
@@ -57,8 +111,11 @@ class MeasureMode:
     def summary(self) -> dict:
         return {}
 
+    def profile(self, cands: pd.DataFrame, shard: Shard, profiler) -> dict:
+        raise NotImplementedError
 
-class Local(MeasureMode):
+
+class Local(Mode):
     """The kernels run on the executor's devices, `batch_size` per job (one harness child
     process each, shipped with their libraries and references where the workspace is not).
 
@@ -66,25 +123,21 @@ class Local(MeasureMode):
     results it already holds instead of timing those kernels again. It is emptied once the
     stage has written a batch's rows (and by force=true)."""
 
-    def __init__(self, root: Path, device: str, options: dict, timeout_s: float, batch_size: int, events: str,
-                 executor: Executor, rounds: int = 1):
-        self.root, self.device, self.options = root, device, options
-        self.timeout_s, self.batch_size, self.events = timeout_s, max(1, int(batch_size)), events
-        self.executor, self.rounds = executor, max(1, int(rounds))
-
-    @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Local":
-        kind = device_kind(cfg)
+    def __init__(self, settings: MeasureSettings, ws: Workspace, executor: Executor):
+        super().__init__(settings, ws, executor)
+        s = settings
+        self.device, self.options, self.timeout_s = s.device, s.timer_options(), float(s.timeout_s)
+        self.batch_size, self.rounds = max(1, int(s.batch_size)), max(1, int(s.rounds))
         # one file per shard of one sharding: runs of other shardings never share it
-        count = int(cfg.shard.count)
-        events = "runner/results.jsonl" if count <= 1 else f"runner/results-{int(cfg.shard.index)}-of-{count}.jsonl"
-        mode = cls(ws.root, kind, timer_options(cfg), float(cfg.measure.timeout_s), int(cfg.measure.batch_size),
-                   events, executor, int(cfg.measure.rounds))
-        if executor.runs_here:
-            ensure_device(kind)
-            if cfg.force:
-                mode.forget_events()
-        return mode
+        self.events = ("runner/results.jsonl" if s.shard_count <= 1
+                       else f"runner/results-{s.shard_index}-of-{s.shard_count}.jsonl")
+
+    def prepare(self) -> None:
+        """Measuring here: check for the device; force=true forgets the events of an earlier run."""
+        if self.executor.runs_here:
+            ensure_device(self.device)
+            if self.settings.force:
+                self.forget_events()
 
     def forget_events(self) -> None:
         """Delete the harness's events files (the written rows hold their results)."""
@@ -102,25 +155,58 @@ class Local(MeasureMode):
             if self.executor.runs_here:  # resumed here: the stage has written the batch's rows
                 self.forget_events()
 
+    def profile(self, cands, shard, profiler):
+        """The profiler over the shard's built kernels, one executor job per batch of it."""
+        tables = profiler.tables()
+        if not tables:
+            return {}
+        s, ws = self.settings, self.ws
+        todo = ws.todo(tables[0], cands, shard=shard, force=s.force, device=s.device_name, clears=tables[1:])
+        jobs, errors, waiting = profiler_jobs(ws, todo)
+        size = max(1, int(profiler.batch_size))
+        # One executor job per batch of the profiler; the records that cannot be profiled ride with the first.
+        batches = [dict(profiler=profiler, jobs=jobs[i:i + size], errors=[],
+                        reads=sorted({j["artifact"] for j in jobs[i:i + size]})) for i in range(0, len(jobs), size)]
+        if errors and not batches:
+            batches = [dict(profiler=profiler, jobs=[], errors=[], reads=[])]
+        if batches:
+            batches[0]["errors"] = errors
+        counts: dict = {profiler.name: 0, f"{profiler.name}_errors": 0}  # also when nothing was left to do
+        bar = progress(total=len(jobs) + len(errors), desc=f"collect {tables[0].name}", unit="kernel")
+        try:
+            with ws.sink(shard, s.device_name) as write:
+                for results in self.executor.map(profile_job, batches, root=ws.root, failed=failed_profile,
+                                                 device=True):
+                    for res in results:
+                        for t, rows, schema in res["writes"]:
+                            write(t, rows, schema)
+                        for k, v in res["counts"].items():
+                            counts[k] = counts.get(k, 0) + v if isinstance(v, (int, float)) else v
+                        bar.update(sum(len(rows) for t, rows, _ in res["writes"] if table(t).name == tables[0].name))
+        finally:
+            bar.close()
+        if waiting:
+            counts[f"{profiler.name}_not_built"] = waiting
+            log.warning("%d records have no kernel (not built yet, or its library is lost): run stage=replay, "
+                        "then stage=collect again", waiting)
+        return counts
 
-class Export(MeasureMode):
-    """A bundle of the jobs for a device host (`bundle-<shard>.tar.gz` in the workspace)."""
+
+class Export(Mode):
+    """A bundle of the jobs for a device host: measure's `bundle-<shard>.tar.gz`, collect's
+    parts in `bundle-collect-<shard>/` (each times its kernels and runs the profiler on them
+    where the profiler runs on the host, pipeline/runner/part.py)."""
 
     measures = False
 
-    def __init__(self, root: Path, dest: Path, device: str, options: dict, timeout_s: float, with_runtime: bool):
-        self.root, self.dest, self.device, self.options = root, dest, device, options
-        self.timeout_s, self.with_runtime = timeout_s, with_runtime
+    def __init__(self, settings: MeasureSettings, ws: Workspace, executor: Executor):
+        super().__init__(settings, ws, executor)
         self.written: dict = {}
 
-    @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Export":
-        return cls(ws.root, ws.root / f"bundle-{int(cfg.shard.index)}", device_kind(cfg), harness_options(cfg),
-                   float(cfg.measure.timeout_s), bool(cfg.measure.bundle_runtime))
-
     def results(self, jobs):
-        archive = export_bundle(self.root, jobs, self.dest, self.device, self.options, self.timeout_s,
-                                self.with_runtime)
+        s = self.settings
+        archive = bundle.export_bundle(self.root, jobs, self.root / f"bundle-{s.shard_index}", s.device,
+                                       s.harness_options(), float(s.timeout_s), bool(s.bundle_runtime))
         log.info("wrote %s (%d kernels); run RUN.txt's command on the device host, then "
                  "`python -m pipeline stage=measure measure.mode=import measure.results=<results.jsonl>`",
                  archive, len(jobs))
@@ -130,34 +216,67 @@ class Export(MeasureMode):
     def summary(self) -> dict:
         return self.written
 
+    def part_spec(self, profiler) -> dict:
+        """part.json of collect's bundle: where the kernels run, the timer's options and, for a
+        profiler that runs on the host, its command."""
+        s = self.settings
+        spec = dict(device=s.device, python=s.bundle.python, ncu=None,
+                    measure=dict(options=s.harness_options(), timeout_s=float(s.timeout_s)))
+        if profiler.on_device_host:
+            spec["ncu"] = dict(profiler.host_command(bundle.SECTIONS_ARG), timeout_s=float(s.bundle.ncu_timeout_s),
+                               chunk=int(s.bundle.ncu_chunk))
+        return spec
 
-class Import(MeasureMode):
+    def profile(self, cands, shard, profiler):
+        """The shard's built kernels that have no profile yet, as bundle parts."""
+        s, ws, tables = self.settings, self.ws, profiler.tables()
+        todo = ws.todo(tables[0] if tables else "measurements", cands, shard=shard, force=False,
+                       device=s.device_name if tables else None)
+        kernels = ws.read("kernels", require=True).drop_duplicates("record_id", keep="last")
+        kernels = kernels[kernels["record_id"].isin(set(todo["record_id"])) & kernels["error"].isna()]
+        kernels = kernels[kernels["artifact"].map(lambda a: (ws.root / a).is_file())]
+        jobs = kernel_jobs(ws, kernels, int(s.check_per_task))
+        spec = self.part_spec(profiler)
+        need = list(wheels.ALWAYS) + (list(wheels.NVTX) if spec["ncu"] else []) + (
+            list(wheels.CUDA_RUNTIME) if spec["device"] == "cuda" else [])
+        b = s.bundle
+        found = wheels.fetch(need, b.python, b.platform, Path(b.wheel_cache) if b.wheel_cache else None)
+        dest = ws.root / f"bundle-collect-{shard.index}"
+        parts = bundle.export_parts(ws.root, jobs, dest, spec=spec, wheels=found, with_runtime=bool(s.bundle_runtime),
+                                    part_mib=float(b.part_mib), part_kernels=int(b.part_kernels))
+        log.info("wrote %d part(s) of %d kernels in %s; on the GPU host, per part: tar xzf part-<k>.tar.gz && cd "
+                 "part-<k> && python3 run_part.py --pack ../results-part-<k>.tar.gz; back here: stage=collect "
+                 "collect.mode=import collect.results=<results-part-*.tar.gz or their folder>", len(parts), len(jobs),
+                 dest)
+        return {"exported": len(jobs), "parts": len(parts), "bundle": str(dest),
+                "part_mib": [round(p.stat().st_size / bundle.MIB, 1) for p in parts]}
+
+
+class Import(Mode):
     """The results a device host wrote: the harness's results.jsonl (measure's bundle), or the
-    results of collect's bundle parts (folders or `results-part-<k>.tar.gz`, their measure.jsonl)."""
+    results of collect's bundle parts (folders or `results-part-<k>.tar.gz`, their measure.jsonl
+    and, for a profiler that ran there, its reports)."""
 
     reads_libraries = False
 
-    def __init__(self, results, key: str = "measure.results"):
-        self.paths = [Path(str(p)) for p in (results if isinstance(results, (list, tuple)) else [results])]
-        self.key = key
-
-    @classmethod
-    def from_cfg(cls, cfg, ws: Workspace, executor: Executor) -> "Import":
-        if not cfg.measure.results:
-            raise PipelineError("measure.mode=import needs measure.results=<results.jsonl, or the results folder or "
-                                "results-part-<k>.tar.gz of a bundle part, from the device host>")
-        res = cfg.measure.results
-        return cls(list(res) if OmegaConf.is_list(res) else str(res))
+    def __init__(self, settings: MeasureSettings, ws: Workspace, executor: Executor):
+        super().__init__(settings, ws, executor)
+        if not settings.results:
+            option = settings.results_option
+            raise PipelineError(f"{option.split('.')[0]}.mode=import needs {option}=<{IMPORTS.get(option, 'results')}>")
+        self.paths = [Path(str(p)) for p in settings.results]
+        self.key = settings.results_option
 
     def events(self) -> list[dict]:
         """Every `done` event of the results."""
         out: list[dict] = []
         with tempfile.TemporaryDirectory(prefix="results-") as tmp:
             for p in self.paths:
-                files = [p] if p.suffix == ".jsonl" else [d / "measure.jsonl" for d in results_folders([p], Path(tmp))]
+                files = [p] if p.suffix == ".jsonl" else [d / "measure.jsonl" for d in
+                                                          bundle.results_folders([p], Path(tmp))]
                 for f in files:
                     try:
-                        out += read_results(f)
+                        out += bundle.read_results(f)
                     except FileNotFoundError as e:
                         raise PipelineError(f"{self.key}={p}: no such file") from e
         return out
@@ -171,13 +290,92 @@ class Import(MeasureMode):
                         ", ".join(map(str, self.paths)))
         yield batch
 
+    def profile(self, cands, shard, profiler):
+        """The measurements of the bundle parts' results and, for a profiler that ran on the
+        host, its rows from the reports they carry (read here)."""
+        s, ws = self.settings, self.ws
+        counts = {f"measure_{k}": v for k, v in measure(ws, shard, self).items()}
+        if not profiler.on_device_host:
+            return counts
+        tables = profiler.tables()
+        todo = ws.todo(tables[0], cands, shard=shard, force=s.force, device=s.device_name, clears=tables[1:])
+        task_of = dict(zip(cands["record_id"], cands["task_id"]))
+        wanted = {rid: task_of[rid] for rid in todo["record_id"]}
+        counts.update({profiler.name: 0, f"{profiler.name}_errors": 0, f"{profiler.name}_not_run": 0})
+        with tempfile.TemporaryDirectory(prefix="results-") as tmp, ws.sink(shard, s.device_name) as write:
+            for folder in bundle.results_folders(self.paths, Path(tmp)):
+                got = profiler.import_host(folder, wanted, write)
+                if got is None:
+                    status = folder / "status.json"
+                    why = json.loads(status.read_text()).get("ncu") if status.exists() else None
+                    log.warning("%s: %s did not run on the host (%s): no %s rows from it", folder, profiler.name,
+                                why or "unknown", profiler.name)
+                    counts[f"{profiler.name}_not_run"] += 1
+                    continue
+                ok, bad, settled = got
+                counts[profiler.name] += ok
+                counts[f"{profiler.name}_errors"] += bad
+                wanted = {r: t for r, t in wanted.items() if r not in settled}
+        return counts
+
+
+# what import reads, per option that names it
+IMPORTS = {"measure.results": "results.jsonl, or the results folder or results-part-<k>.tar.gz of a bundle part, "
+                              "from the device host",
+           "collect.results": "results-part-<k>.tar.gz files, their unpacked folders, or a folder holding them"}
+
+
+def profiler_jobs(ws: Workspace, cands: pd.DataFrame) -> tuple[list[dict], list[dict], int]:
+    """(kernels to profile, error rows for records that cannot be, records not built yet)."""
+    kernels = ws.read("kernels", require=True).drop_duplicates("record_id", keep="last").set_index("record_id")
+    meas = ws.read("measurements").drop_duplicates("record_id", keep="last").set_index("record_id")
+    tasks = ws.read("tasks").set_index("task_id")
+    jobs, errors, waiting = [], [], 0
+    for c in cands.itertuples():
+        if c.trace_json is None or (isinstance(c.trace_json, float) and pd.isna(c.trace_json)):
+            errors.append(dict(record_id=c.record_id, task_id=c.task_id, error=f"candidate: {c.error or 'no trace'}"))
+            continue
+        if c.record_id not in kernels.index:
+            waiting += 1
+            continue
+        k = kernels.loc[c.record_id]
+        if pd.notna(k["error"]) or pd.isna(k["artifact"]):
+            errors.append(dict(record_id=c.record_id, task_id=c.task_id, error=f"no kernel: {k['error']}"))
+            continue
+        if not (ws.root / k["artifact"]).is_file():  # lost since it was built: stage=replay builds it again
+            waiting += 1
+            continue
+        if c.record_id in meas.index and pd.notna(meas.loc[c.record_id, "error"]):
+            errors.append(dict(record_id=c.record_id, task_id=c.task_id,
+                               error=f"not profiled: the measurement failed ({meas.loc[c.record_id, 'error']})"))
+            continue
+        jobs.append(dict(record_id=c.record_id, task_id=c.task_id, artifact=k["artifact"],
+                         args=json.loads(tasks.loc[c.task_id, "args_json"])))
+    return jobs, errors, waiting
+
+
+def profile_job(job: dict, root: str) -> dict:
+    """One batch of kernels under a profiler (the executor's per-item work): the rows it
+    hands to `write`, in order, as (table, rows, schema), and its counts."""
+    writes = []
+    counts = job["profiler"].profile(job["jobs"], job["errors"], root=root,
+                                     write=lambda t, rows, schema=None: writes.append((t, rows, schema)))
+    return {"writes": writes, "counts": counts}
+
+
+def failed_profile(job: dict, reason: str) -> dict:
+    first = job["profiler"].tables()[0]
+    rows = [dict(record_id=j["record_id"], task_id=j["task_id"], error=f"run: {reason}") for j in job["jobs"]]
+    return {"writes": [(first, rows + job["errors"], None)], "counts": {"lost": len(rows)}}
+
 
 MODES = {"local": Local, "export": Export, "import": Import}
 
 
-def create(kind: str, cfg, ws: Workspace, executor: Executor) -> MeasureMode:
-    """The measure mode `kind` configured from `measure.*` (local on this machine checks for its device)."""
-    return choose("measure.mode", MODES, kind).from_cfg(cfg, ws, executor)
+def create(kind: str, settings: MeasureSettings, ws: Workspace, executor: Executor, *,
+           option: str = "measure.mode") -> Mode:
+    """The run mode `kind` (named `option` in errors: measure.mode or collect.mode) with `settings`."""
+    return choose(option, MODES, kind)(settings, ws, executor)
 
 
 def ensure_device(kind: str) -> None:

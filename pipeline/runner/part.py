@@ -9,7 +9,7 @@ standard library to start (the host needs NumPy for the harness). One command pe
 1. install: the part's wheels (`wheels/`, made for the host's Python and platform) go
    into `site/` with `pip install --no-index --find-links wheels --target site` (no
    registry is asked); skipped when `site/` already holds them.
-2. measure: the kernel harness (`harness.py`, timer instrument) times every kernel of
+2. measure: the kernel harness (`python -m harness`, timer instrument) times every kernel of
    `jobs.jsonl` into `<results>/measure.jsonl` (start/done events).
 3. ncu (when the part asks for it and `ncu` is on PATH): the harness again over the same
    kernels, NVTX instrument, under `ncu --nvtx --nvtx-include ...` in chunks of
@@ -99,7 +99,7 @@ def environment(site: Path) -> dict:
 
 def harness(spec: dict, jobs: Path, out: Path, instrument: str, options: dict, timeout_s: float, env: dict,
             wrap: list[str] | None = None) -> int:
-    cmd = [sys.executable, str(HERE / "harness.py"), "--jobs", str(jobs), "--out", str(out), "--root", str(HERE),
+    cmd = [sys.executable, "-m", "harness", "--jobs", str(jobs), "--out", str(out), "--root", str(HERE),
            "--device", spec["device"], "--instrument", instrument, "--timeout-s", str(timeout_s)]
     cmd += [f"--{k.replace('_', '-')}={v}" for k, v in options.items()]
     if wrap:

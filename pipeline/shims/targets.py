@@ -8,18 +8,20 @@ import os
 from omegaconf import OmegaConf
 
 
-def target_dict(cfg) -> dict:
-    d = OmegaConf.to_container(cfg.target.tvm, resolve=True)
+def target_dict(tvm) -> dict:
+    """The `target.tvm` config as TVM's target dict (an llvm target without `num-cores` gets
+    this machine's CPU count; unset keys are left out)."""
+    d = OmegaConf.to_container(tvm, resolve=True) if OmegaConf.is_config(tvm) else dict(tvm)
     if d.get("kind") == "llvm" and d.get("num-cores") is None:
         d["num-cores"] = os.cpu_count() or 1
     return {k: v for k, v in d.items() if v is not None}
 
 
-def make_target(cfg_or_dict):
+def make_target(d: dict):
+    """A TVM target from its dict."""
     # lazy: TVM takes seconds to import, and importing this module must stay cheap
     import tvm
 
-    d = cfg_or_dict if isinstance(cfg_or_dict, dict) else target_dict(cfg_or_dict)
     return tvm.target.Target(d)
 
 

@@ -73,9 +73,9 @@ def run_of(name: str):
     @functools.wraps(run)
     def staged(cfg):
         if name != "tasks" and str(cfg.dataset.source) == "release":
-            from pipeline.core.workspace import Workspace
+            from pipeline.stages.options import workspace_of
 
-            if not Workspace.from_cfg(cfg, check=False).tasks.exists():
+            if not workspace_of(cfg, check=False).tasks.exists():
                 from omegaconf import OmegaConf, open_dict
 
                 first = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
@@ -88,11 +88,10 @@ def run_of(name: str):
 
     def locked(cfg):
         # pandas and pyarrow come with the workspace: imported when a stage runs, not for --help
-        from pipeline.core.sharding import Shard
-        from pipeline.core.workspace import Workspace
+        from pipeline.stages.options import shard_of, workspace_of
 
         # The lock is the folder's whatever selection it holds: the stage itself checks the selection.
-        ws, shard = Workspace.from_cfg(cfg, check=False), Shard.from_cfg(cfg)
+        ws, shard = workspace_of(cfg, check=False), shard_of(cfg)
         with ws.stage_lock(name, shard, wait_s=float(cfg.lock.wait_s)):
             started = time.time()
             counts = run(cfg)

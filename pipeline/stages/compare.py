@@ -38,6 +38,7 @@ from models.metrics import ALL_METRICS
 from pipeline.core import locks
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.stages.options import tracking_store, workspace_of
 from pipeline.summary import with_values
 
 log = logging.getLogger(__name__)
@@ -171,18 +172,18 @@ def label_noise(ws: Workspace) -> str:
             f"can be expected to do better against these labels.")
 
 
-def read_runs(cfg, ws: Workspace):
+def read_runs(cfg, ws: Workspace, store: tracking.Store):
     """The workspace's training runs, read while no stage=train adds some (only whole
     trainings, pipeline/core/locks.py), and a line that says when and after what wait."""
     with locks.runs_lock(ws.root, "compare", wait_s=float(cfg.lock.wait_s)) as joined:
-        every = tracking.workspace_runs(cfg)
+        every = tracking.workspace_runs(store)
         read_at = time.strftime("%Y-%m-%d %H:%M:%S")
     pids = ", ".join(f"pid {h.get('pid')}" for h in joined.waited_for)
     waited = f", after waiting {joined.waited_s:.0f} s for stage=train ({pids}) to end" if pids else ""
     if every.empty:
         raise WorkspaceError(
-            f"no MLflow training run for workspace {ws.root} in {tracking.tracking_uri(cfg)} (experiment "
-            f"{tracking.experiment_name(cfg)}): run `python -m pipeline stage=train` first (same mlflow.tracking_uri).")
+            f"no MLflow training run for workspace {ws.root} in {store.uri} (experiment "
+            f"{store.experiment}): run `python -m pipeline stage=train` first (same mlflow.tracking_uri).")
     return every, f"training runs read at {read_at} with no stage=train running on this workspace{waited}"
 
 
@@ -253,9 +254,10 @@ def print_tables(cfg, heldout: pd.DataFrame, splits: pd.DataFrame) -> None:
 
 
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    select = tracking.best_metric(cfg)
-    every, state = read_runs(cfg, ws)
+    ws = workspace_of(cfg)
+    store = tracking_store(cfg)
+    select = store.best_metric
+    every, state = read_runs(cfg, ws, store)
     runs, chosen, sel, what = select_runs(cfg, ws, every)
     table = comparison_table(runs)
     name, paths = report_name(cfg), report_paths(cfg, ws)
@@ -264,8 +266,8 @@ def run(cfg) -> dict:
     paths["md"].write_text(
         f"# Cost models of workspace {ws.name}: {what}\n\nTest part of each run's split (val_*: validation part); "
         f"top-k figures over tasks with at least {cfg.train.topk_min_records} test records (test_n_tasks_topk); "
-        f"metrics defined in models/metrics.py. MLflow: {tracking.tracking_uri(cfg)}, experiment "
-        f"{tracking.experiment_name(cfg)}; {state}.\n\n" + to_markdown(shown)
+        f"metrics defined in models/metrics.py. MLflow: {store.uri}, experiment "
+        f"{store.experiment}; {state}.\n\n" + to_markdown(shown)
         + (f"\nNo value in any run (not shown): {', '.join(empty)}.\n" if empty else ""))
 
     # the aggregation reads the runs this selection kept
@@ -287,7 +289,7 @@ def run(cfg) -> dict:
         files.append(paths["heldout_png"])
     files += dataset_figures.write(ws).values()
     run_id = tracking.log_evaluation(
-        cfg, tables={"runs": shown, **tables}, files=files,
+        store, tables={"runs": shown, **tables}, files=files,
         params={"select": select, "topk_min_records": cfg.train.topk_min_records, "runs": len(table),
                 "latest_only": cfg.compare.latest_only, **{f"selection.{k}": "/".join(v) for k, v in sel.items()}},
         tags={"report": name})

@@ -20,10 +20,10 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.extras import require
 from pipeline.core.release import sha256
-from pipeline.core.workspace import Workspace
 from pipeline.tenset import dataset as DS
 from pipeline.tenset import records as R
 from pipeline.tenset.join import task_ids_for_keys
+from pipeline.stages.options import workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +100,10 @@ def archives_for(cfg) -> list:
 def obtain(cfg) -> Path:
     """The folder of the TenSet copy, fetching and unpacking what is missing."""
     if cfg.dataset.get("path"):
-        root = DS.resolve(cfg)
+        root = DS.resolve(cfg.dataset.get("path"), cfg.paths.data)
         log.info("using the TenSet copy at %s (dataset.path)", root)
         return root
-    root = DS.tenset_root(cfg)
+    root = DS.tenset_root(cfg.paths.data)
     for spec in archives_for(cfg):
         dest = root / str(spec.file)
         if (root / f".unpacked-{spec.file}").exists():
@@ -135,7 +135,7 @@ def import_records(cfg, root: Path | None) -> dict:
     keys = sorted({r.workload_key for r in records})
     ids = task_ids_for_keys(root, kind, keys)
     rows = R.rows(records, ids)
-    ws = Workspace.from_cfg(cfg)
+    ws = workspace_of(cfg)
     path = ws.write("ansor_records", rows)
     joined = sum(1 for r in rows if r["task_id"])
     log.info("wrote %d Ansor records (%d joined to a task, %d unreadable lines) to %s",

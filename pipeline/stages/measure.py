@@ -3,7 +3,7 @@
 `measure.mode` picks where the kernels run (pipeline/runner/modes.py): on the executor's
 devices (`executor=local`: here; `executor=ray`: the measuring nodes of a Ray cluster,
 one batch per machine at a time), in child processes of the kernel harness
-(pipeline/device/harness.py, TVM runtime only), so a kernel that crashes or hangs becomes
+(pipeline/device/harness, TVM runtime only), so a kernel that crashes or hangs becomes
 an error row and the rest go on; or on a device host through an exported bundle whose
 results are imported back. Every row says where it was measured (`hardware`, CPU model
 and count, GPU name and driver) and whether the CPU cache was flushed before each repeat
@@ -17,10 +17,12 @@ stage=replay builds it again, and the next measure run times it.
 
 from __future__ import annotations
 
-from pipeline.compute import executor as E
+from pipeline.runner import modes
 from pipeline.runner.measurements import measure
+from pipeline.stages.options import executor_of, measure_settings, shard_of, workspace_of
 
 
 def run(cfg) -> dict:
-    with E.create(cfg) as executor:
-        return measure(cfg, executor)
+    ws, shard = workspace_of(cfg), shard_of(cfg)
+    with executor_of(cfg) as executor:
+        return measure(ws, shard, modes.create(str(cfg.measure.mode), measure_settings(cfg), ws, executor))

@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from pipeline.core import database as D
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
+from pipeline.stages.options import workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +123,18 @@ def pack_dataset(cfg, ws: Workspace) -> dict:
 
 
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
+    ws = workspace_of(cfg)
     out = {}
     if bool(cfg.release.dataset):
         out.update(pack_dataset(cfg, ws))
     uris = [str(u) for u in (OmegaConf.to_container(cfg.release.models, resolve=True) or [])]
     if uris:
         from models import release as model_release  # MLflow: only when models are released
+        from pipeline.stages.options import tracking_store
 
-        names = model_release.release_models(cfg, ws, uris, release_root(cfg))
+        names = model_release.release_models(
+            tracking_store(cfg), ws, uris, release_root(cfg), name=str(cfg.release.get("name") or "") or None,
+            licence=str(cfg.release.licence), force=bool(cfg.force))
         out["models"] = len(names)
         out["model_releases"] = ", ".join(names)
     if not out:

@@ -19,11 +19,10 @@ import time
 
 
 from pipeline.core import database as D
-from pipeline.compute import executor as E
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
-from pipeline.shims.targets import target_dict
 from pipeline.core.workspace import Workspace
+from pipeline.stages.options import executor_of, shard_of, target_of, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +70,8 @@ def failed_build(job: dict, reason: str) -> dict:
 
 
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    shard = Shard.from_cfg(cfg)
+    ws = workspace_of(cfg)
+    shard = shard_of(cfg)
     cands = ws.read("candidates", require=True)
     cands = shard.of(cands[cands["error"].isna()])
     # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
@@ -84,7 +83,7 @@ def run(cfg) -> dict:
         ws.delete_rows("kernels", lost)
     todo = ws.todo("kernels", cands, shard=Shard(), force=bool(cfg.force))
     skipped = len(cands) - len(todo)
-    jobs = build_jobs(ws, todo, target_dict(cfg)) if len(todo) else []
+    jobs = build_jobs(ws, todo, target_of(cfg)) if len(todo) else []
     ws.kernel_libs.mkdir(parents=True, exist_ok=True)
     stale = remove_stale_partial_libraries(ws)
     if stale:
@@ -95,7 +94,7 @@ def run(cfg) -> dict:
         # TVM takes seconds to import: loaded when there is something to build.
         from pipeline.compute.builder import build_record
 
-        with E.create(cfg) as executor:
+        with executor_of(cfg) as executor:
             log.info("building %d kernels on %s (%d already built)", len(jobs), executor.describe(), skipped)
             bar = progress(total=len(jobs), desc="replay", unit="kernel")
             try:

@@ -18,13 +18,12 @@ import logging
 import pandas as pd
 
 from pipeline.core import database as D
-from pipeline.compute import executor as E
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
-from pipeline.shims.targets import make_target, target_dict
+from pipeline.shims.targets import make_target
 from pipeline.shims.tvm_compat import preload_tensor_intrin
-from pipeline.core.workspace import Workspace
 from pipeline.tenset.candidates import add_records
+from pipeline.stages.options import executor_of, shard_of, target_of, tenset_copy, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -111,12 +110,27 @@ def failed_sample(job: dict, reason: str) -> dict:
     return {"task_id": job["task_id"], "strategy": job["strategy"], "error": reason, "records": []}
 
 
+def _new_candidates(records: list, job: dict, out_file, known: set[str]) -> tuple[list, list[dict]]:
+    """The record lines and candidate rows of a job's records that are new: a trace that
+    another strategy already drew is the same record and is not added twice (`known` grows)."""
+    lines, rows = [], []
+    for rec in records:
+        r = D.RecordLine(job["workload_index"], *rec, file=str(out_file), line_no=0)
+        rid = r.record_id(job["task_id"])
+        if rid in known:
+            continue
+        known.add(rid)
+        lines.append(r)
+        rows.append(dict(record_id=rid, task_id=job["task_id"], strategy=job["strategy"], trace_json=r.trace_text))
+    return lines, rows
+
+
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    shard = Shard.from_cfg(cfg)
+    ws = workspace_of(cfg)
+    shard = shard_of(cfg)
     tasks = ws.read("tasks", require=True)
     strategies = strategies_of(cfg)
-    target = target_dict(cfg)
+    target = target_of(cfg)
     out_file = D.shard_record_file(ws, shard.index, shard.count)
     workloads = D.read_workload_lines(ws)
     # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
@@ -136,25 +150,15 @@ def run(cfg) -> dict:
     by_pair = {(j["task_id"], j["strategy"]): j for j in jobs}
     total = failed = duplicates = 0
     out = ws.writer("candidates", shard, flush_rows=1)  # a part per task: sampling a task takes seconds
-    with E.create(cfg) as executor:
+    with executor_of(cfg) as executor:
         if jobs:
             log.info("sampling %d task(s) x strategy on %s", len(jobs), executor.describe())
         bar = progress(total=len(jobs), desc="sample", unit="task")
         for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample):
             for res in results:
                 job = by_pair[(res["task_id"], res["strategy"])]
-                # A trace that another strategy already drew is the same record: it is not added twice.
-                lines, rows = [], []
-                for rec in res["records"]:
-                    r = D.RecordLine(job["workload_index"], *rec, file=str(out_file), line_no=0)
-                    rid = r.record_id(job["task_id"])
-                    if rid in known:
-                        duplicates += 1
-                        continue
-                    known.add(rid)
-                    lines.append(r)
-                    rows.append(dict(record_id=rid, task_id=job["task_id"], strategy=job["strategy"],
-                                     trace_json=r.trace_text))
+                lines, rows = _new_candidates(res["records"], job, out_file, known)
+                duplicates += len(res["records"]) - len(lines)
                 if res["error"]:
                     failed += 1
                     log.warning("task %s (%s), %s: %s", job["name"], job["task_id"], job["strategy"], res["error"])
@@ -170,7 +174,8 @@ def run(cfg) -> dict:
         counts["retried_tasks"] = retried
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
-        counts.update(add_records(cfg, cfg.dataset.records.candidates_per_task))
+        counts.update(add_records(ws, shard, target, tenset_root=tenset_copy(cfg),
+                                  max_per_task=cfg.dataset.records.candidates_per_task, force=bool(cfg.force)))
     synced = D.sync_records(ws)
     counts["records"] = synced.get("lines", 0)
     return {**counts, "candidates": int(ws.read("candidates")["error"].isna().sum())}

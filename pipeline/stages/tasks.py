@@ -24,9 +24,10 @@ import pandas as pd
 from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.core import release as R
-from pipeline.shims.targets import make_target, target_dict, target_json
-from pipeline.core.workspace import SELECTION_KEY, Workspace
+from pipeline.shims.targets import make_target, target_json
+from pipeline.core.workspace import SELECTION_KEY
 from pipeline.workloads import args_of, flops_of, load_workloads
+from pipeline.stages.options import target_of, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def from_release(cfg) -> dict:
         raise R.ReleaseError(f"{folder / R.MANIFEST}: release {manifest['name']} holds {kind} programs, this run's "
                              f"target={cfg.target.name} is {wanted}: run with a target of kind {kind} (target="
                              f"{manifest['target']['name']})")
-    ws = Workspace.from_cfg(cfg, check=False)
+    ws = workspace_of(cfg, check=False)
     if ws.tasks.exists() and not cfg.force:
         made_from = R.workspace_release(ws.root) or {}
         if made_from.get("name") != manifest["name"]:
@@ -82,7 +83,7 @@ def from_release(cfg) -> dict:
         log.info("%s was made from release %s; force=true makes it anew", ws.root, manifest["name"])
         return {"tasks": int(manifest["counts"]["tasks"])}
     n = int(manifest["counts"]["tasks"])
-    selection = json.dumps(identity.selection(cfg, n)).encode()
+    selection = json.dumps(identity.selection(cfg.dataset, cfg.budget.get("max_tasks"), n)).encode()
     old = ws.root / f".replaced-{uuid.uuid4().hex[:8]}"
     moved = R.visible_entries(ws.root) if cfg.force else []
     if moved:  # force: the workspace's files step aside, and come back if the release cannot be unpacked
@@ -109,14 +110,15 @@ def run(cfg) -> dict:
     # TVM takes seconds to import: loaded when the stage runs, not when the CLI starts.
     from tvm.s_tir import meta_schedule as ms
 
-    ws = Workspace.from_cfg(cfg, check=not cfg.force)  # force rebuilds it for this selection
+    ws = workspace_of(cfg, check=not cfg.force)  # force rebuilds it for this selection
     if ws.tasks.exists() and not cfg.force:
         tasks = ws.read("tasks")
         log.info("%s exists (%d tasks); force=true rebuilds it", ws.tasks, len(tasks))
         return {"tasks": len(tasks)}
-    tdict = target_dict(cfg)
+    tdict = target_of(cfg)
     target = make_target(tdict)
-    workloads = load_workloads(cfg, target)
+    workloads = load_workloads(cfg.dataset, target, seed=int(cfg.get("seed", 0) or 0),
+                               data=Path(str(cfg.paths.data)))
     available = len(workloads)
     limit = cfg.budget.max_tasks
     if limit is not None and len(workloads) > int(limit):
@@ -144,6 +146,7 @@ def run(cfg) -> dict:
     # The workload indices may have moved: every record line is written anew from the tables.
     synced = D.sync_records(ws, pd.DataFrame(rows), fresh=True)
     ws.write("network_tasks", network_rows(workloads))
-    ws.write("tasks", rows, metadata={SELECTION_KEY: json.dumps(identity.selection(cfg, available))})
+    picked = identity.selection(cfg.dataset, cfg.budget.get("max_tasks"), available)
+    ws.write("tasks", rows, metadata={SELECTION_KEY: json.dumps(picked)})
     log.info("wrote %d tasks to %s", len(rows), ws.tasks)
     return {"tasks": len(rows), "records": synced.get("lines", 0)}

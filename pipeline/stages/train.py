@@ -26,7 +26,8 @@ from models.metrics import evaluate
 from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core import locks
-from pipeline.core.workspace import Workspace, WorkspaceError
+from pipeline.core.workspace import WorkspaceError
+from pipeline.stages.options import tracking_store, workspace_of
 from pipeline.summary import OBJECTIVE, with_values
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def predict_rate(model, table, n: int) -> float:
     return n / max(time.perf_counter() - t0, 1e-9)
 
 
-def train_one(cfg, ws, mcfg: dict, table, split, fcfg: dict | None = None) -> dict:
+def train_one(cfg, ws, store: tracking.Store, mcfg: dict, table, split, fcfg: dict | None = None) -> dict:
     """Fit, evaluate and log one model on one feature set; returns its summary row."""
     seed = int(cfg.seed)
     # a model config's own `threads` (the MLP's torch threads) wins over train.threads
@@ -103,7 +104,7 @@ def train_one(cfg, ws, mcfg: dict, table, split, fcfg: dict | None = None) -> di
             preds[k] = (parts[k].frame, scores)
     timing = {"train_seconds": train_s, "predict_per_s": predict_rate(model, parts["test"], int(cfg.train.predict_batch)),
               "n_train": len(parts["train"]), "n_val": len(parts["val"]), "n_test": len(parts["test"])}
-    run_id = tracking.log_run(cfg, model=model, table=table, split=split, evals=evals, timing=timing,
+    run_id = tracking.log_run(store, model=model, table=table, split=split, evals=evals, timing=timing,
                               predictions=preds, model_cfg=mcfg, features_cfg=fcfg or {})
     v, t = evals.get("val", evals["test"]).summary, evals["test"].summary
     return {"model": model.name, "features": table.spec.feature_set if model.name not in STATIC_ONLY else "static",
@@ -123,18 +124,18 @@ def scored_members(members, split, part: str):
 
 
 def run(cfg) -> dict:
-    ws = Workspace.from_cfg(cfg)
-    tracking.best_metric(cfg)  # a test-part metric for `best` is refused before any work
-    tracking.setup(cfg)  # and an unreadable MLflow store before the first model is trained
+    ws = workspace_of(cfg)
+    store = tracking_store(cfg)  # a test-part metric for `best` is refused before any work
+    tracking.setup(store)  # and an unreadable MLflow store before the first model is trained
     models = model_configs(cfg)
     feature_sets = feature_configs(cfg)
     # A compare reads the runs only while no train adds some: it would mix an unfinished training
     # with earlier ones. Trains may overlap (a sweep); each waits for a compare that is reading.
     with locks.runs_lock(ws.root, "train", wait_s=max(float(cfg.lock.wait_s), locks.TRAIN_WAITS_S)):
-        return _train(cfg, ws, models, feature_sets)
+        return _train(cfg, ws, store, models, feature_sets)
 
 
-def _train(cfg, ws, models: list[dict], feature_sets: list[dict]) -> dict:
+def _train(cfg, ws, store: tracking.Store, models: list[dict], feature_sets: list[dict]) -> dict:
     explicit = str(cfg.features.name) != EACH
     mixed = bool(cfg.train.allow_mixed_hardware)
     records = labelled_records(ws, allow_mixed_hardware=mixed)  # fails early without measurements
@@ -173,25 +174,25 @@ def _train(cfg, ws, models: list[dict], feature_sets: list[dict]) -> dict:
                 f"candidates per task (budget=...) or choose another split")
         for mcfg in todo:
             log.info("train model=%s features=%s split=%s (%s)", mcfg["name"], fs, split.kind, split.sizes())
-            rows.append(train_one(cfg, ws, mcfg, table, split, fcfg))
+            rows.append(train_one(cfg, ws, store, mcfg, table, split, fcfg))
     if not rows:
         raise WorkspaceError(f"no model was trained for {ws.root}: " + " | ".join(skipped))
-    aliases = tracking.update_aliases(cfg, split_all.identity)
-    _print(rows, aliases, cfg)
+    aliases = tracking.update_aliases(store, split_all.identity)
+    _print(rows, aliases, cfg, store)
     out = {"runs": len(rows), "skipped_feature_sets": len(skipped)}
     # `best` (the model tuning uses) and, beside it, the best of each feature set tuning cannot use
     for alias, what in aliases.items():
         if alias == "best" or (alias.startswith("best-") and alias[len("best-"):] not in tracking.TUNING_FEATURES):
             out[alias] = what
-    out[OBJECTIVE] = objective(cfg, [r["run_id"] for r in rows])
+    out[OBJECTIVE] = objective(store, [r["run_id"] for r in rows])
     return out
 
 
-def objective(cfg, run_ids: list[str]) -> dict:
+def objective(store: tracking.Store, run_ids: list[str]) -> dict:
     """{"name", "value"}: `mlflow.best_metric` of the best of this run's models (higher is
     better; NaN when none has it), the figure the entry point returns to a sweeper."""
-    metric = tracking.best_metric(cfg)
-    client = MlflowClient(tracking.tracking_uri(cfg))
+    metric = store.best_metric
+    client = MlflowClient(store.uri)
     values = [client.get_run(rid).data.metrics.get(metric) for rid in run_ids]
     values = [float(v) for v in values if v is not None and np.isfinite(v)]
     return {"name": metric, "value": max(values) if values else float("nan")}
@@ -204,14 +205,14 @@ def _restrict(split, table, part_of: dict):
     return Split(split.kind, split.seed, pos["train"], pos["val"], pos["test"], split.info)
 
 
-def _print(rows: list[dict], aliases: dict, cfg) -> None:
+def _print(rows: list[dict], aliases: dict, cfg, store: tracking.Store) -> None:
     df, empty = with_values(pd.DataFrame(rows).drop(columns=["run_id"]))
     print(f"\nstage=train, workspace {cfg.workspace}, split={cfg.split.name} (val_top1: validation part; other "
           f"figures: test part, top-k over tasks with >= {cfg.train.topk_min_records} test records; MLflow: "
-          f"{tracking.tracking_uri(cfg)}, experiment {tracking.experiment_name(cfg)})")
+          f"{store.uri}, experiment {store.experiment})")
     print(df.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if empty:
         print(f"  no value in any run: {', '.join(empty)} (a top-k figure counts only tasks with >= "
               f"{cfg.train.topk_min_records} records in the part scored: train.topk_min_records)")
     for alias, what in aliases.items():
-        print(f"  models:/{tracking.registered_name(cfg)}@{alias} -> {what}")
+        print(f"  models:/{store.registered_model}@{alias} -> {what}")

@@ -35,10 +35,10 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from models import tracking
-from pipeline.compute import executor
 from pipeline.core import identity
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
+from pipeline.stages.options import executor_of, ours_options, task_choice, tracking_store, workspace_of
 from pipeline.tuning import TuneError
 from pipeline.tuning import comparison
 from pipeline.tuning import kinds as tuning_kinds
@@ -89,10 +89,10 @@ class Plan:
 def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
     """The items, `ours` (checked against the tuned tasks) and the run folders of `cfg.tune`."""
     t = cfg.tune
-    items, target = tuning_tasks.choose(cfg, ws)
+    items, target = tuning_tasks.choose(task_choice(cfg), ws)
     p = Plan(items, [task for item in items for task in item.tasks], target, kinds)
     if set(kinds) & set(tuning_kinds.OURS):
-        p.ours, p.ours_uri = tuning_kinds.load_ours(cfg)
+        p.ours, p.ours_uri = tuning_kinds.load_ours(ours_options(cfg), tracking_store(cfg))
         held = tuning_kinds.held_out(p.ours.info, {x.name: identity.task_id(x.mod) for x in p.tasks},
                                      require=bool(t.require_held_out))
         log.info("%s", held.text)
@@ -118,7 +118,7 @@ def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
 def tune(cfg, p: Plan, on_finished) -> comparison.Comparison:
     """Every run of the plan, here or as jobs of the configured executor's cluster."""
     t = cfg.tune
-    ex = executor.create(cfg)
+    ex = executor_of(cfg)
     # on a cluster every node builds with its own cores; here, with cfg.jobs of them (0 = all)
     threads = int(cfg.jobs) or os.cpu_count() or 1
     spec = comparison.setup_spec(t, p.target, threads if ex.runs_here else 0)
@@ -146,7 +146,7 @@ def run(cfg) -> dict:
     t = cfg.tune
     kinds = tuning_kinds.check_kinds([str(n) for n in t.cost_models])
     _check(t)
-    ws = Workspace.from_cfg(cfg)
+    ws = workspace_of(cfg)
     p = plan(cfg, ws, kinds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
@@ -178,7 +178,7 @@ def run(cfg) -> dict:
     print("\n" + report.text)
     info = p.ours.info if p.ours is not None else {}
     run_id = tracking.log_tune_run(
-        cfg, files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
+        tracking_store(cfg), files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
         end_to_end=result.end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
         tags={"workspace": cfg.workspace, "workspace_path": str(ws.root), "tune.tasks": str(network or kind),
               "ours_uri": str(p.ours_uri or ""), "ours_run_id": str(info.get("run_id") or ""),

@@ -34,9 +34,9 @@ class TaskFile:
     target: str  # the target kind TenSet wrote in the name ("cuda", "llvm")
 
 
-def tenset_root(cfg) -> Path:
+def tenset_root(data: Path | str) -> Path:
     """`<paths.data>/tenset`: where archives are downloaded to and unpacked."""
-    return Path(cfg.paths.data).expanduser().resolve() / "tenset"
+    return Path(data).expanduser().resolve() / "tenset"
 
 
 def check_zip(path: Path) -> int:
@@ -116,9 +116,9 @@ def unpack(archive: Path, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES, ma
     return dest
 
 
-def resolve(cfg) -> Path:
-    """The folder holding the TenSet copy to read (unpacking `dataset.path` if a zip)."""
-    path = cfg.dataset.get("path")
+def resolve(path: str | Path | None, data: Path | str) -> Path:
+    """The folder holding the TenSet copy to read: `path` (`dataset.path`; a zip is unpacked),
+    else the copy under `data` (`paths.data`) that stage=download made."""
     if path:
         p = Path(str(path)).expanduser().resolve()
         if not p.exists():
@@ -126,9 +126,9 @@ def resolve(cfg) -> Path:
         if p.is_file():
             if not zipfile.is_zipfile(p):
                 raise DatasetError(f"dataset.path={path} is a file but not a zip archive")
-            return unpack(p, tenset_root(cfg))
+            return unpack(p, tenset_root(data))
         return p
-    root = tenset_root(cfg)
+    root = tenset_root(data)
     if not root.exists():
         raise DatasetError(
             f"no TenSet copy under {root}: run `python -m pipeline stage=download dataset=tenset` "

@@ -248,56 +248,84 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
     (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
     `on_finished(done)` is called with each run that finishes without error, once it is saved."""
-    trials, runs, e2e, dropped = [], [], [], {}
+    got = _Collected(setup, drop_on_failure, on_finished)
     todo, earlier = pending(items, kinds, seeds, setup, reuse)
     for done in earlier:
-        runs.append(done["row"])
-        trials += done["trials"]
-        if done["end_to_end"] is not None:
-            e2e.append(done["end_to_end"])
-
-    def keep(done: dict) -> None:
-        row = done["row"]
-        runs.append(row)
-        if row["error"] is None:
-            trials.extend(done["trials"])
-            if done["end_to_end"] is not None:
-                e2e.append(done["end_to_end"])
-            folder = setup.folder(row["task"], row["cost_model"], row["seed"])
-            _save_run(setup.work / folder / "result.json", done)
-            if setup.results is not None:
-                _save_run(setup.results / folder / "result.json", done)
-            if on_finished is not None:
-                on_finished(done)
-        elif row["cost_model"] in drop_on_failure and row["cost_model"] not in dropped:
-            dropped[row["cost_model"]] = row["error"]
-            log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
-
+        got.add(done)
     networks = [item for item in items if isinstance(item, Network)]
-    untuned_rows = []
     if remote is not None:
-        with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
-            for done in remote.run(todo, networks, setup):
-                bar.update(1)
-                if "untuned" not in done:
-                    keep(done)
-                elif done["untuned"] is not None:
-                    untuned_rows.append(done["untuned"])
-                else:
-                    log.error("timing %s untuned failed: %s", done["network"], done["error"])
+        untuned_rows = _run_remote(remote, todo, networks, setup, got)
     else:
-        with stop_on_interrupt():  # Ctrl-C: the finished runs are saved, the one in progress is not
-            for item, seed, kind in progress(todo, desc="tune", unit="run"):
-                if kind in dropped:
-                    continue
-                if before_first is not None:
-                    before_first()
-                    before_first = None
-                keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / setup.folder(item.name, kind, seed)))
-            timed = {row["network"] for row in e2e}
-            untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
-            if INTERRUPTED.is_set():
-                raise KeyboardInterrupt
+        untuned_rows = _run_here(todo, networks, make_cost_model, setup, got, before_first)
+    e2e = got.e2e
     if e2e:
         e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
-    return Comparison(pd.DataFrame(trials), pd.DataFrame(runs), pd.DataFrame(e2e), dropped, len(earlier))
+    return Comparison(pd.DataFrame(got.trials), pd.DataFrame(got.runs), pd.DataFrame(e2e), got.dropped, len(earlier))
+
+
+@dataclass
+class _Collected:
+    """The rows of a comparison as its runs come back; a finished run is saved as it comes."""
+    setup: Setup
+    drop_on_failure: tuple[str, ...]
+    on_finished: Callable[[dict], None] | None
+    trials: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    e2e: list = field(default_factory=list)
+    dropped: dict = field(default_factory=dict)
+
+    def add(self, done: dict) -> None:
+        self.runs.append(done["row"])
+        if done["row"]["error"] is None:
+            self.trials.extend(done["trials"])
+            if done["end_to_end"] is not None:
+                self.e2e.append(done["end_to_end"])
+
+    def keep(self, done: dict) -> None:
+        """A run that finished now: its rows, saved under the work (and results) folder."""
+        self.add(done)
+        row = done["row"]
+        if row["error"] is None:
+            folder = self.setup.folder(row["task"], row["cost_model"], row["seed"])
+            _save_run(self.setup.work / folder / "result.json", done)
+            if self.setup.results is not None:
+                _save_run(self.setup.results / folder / "result.json", done)
+            if self.on_finished is not None:
+                self.on_finished(done)
+        elif row["cost_model"] in self.drop_on_failure and row["cost_model"] not in self.dropped:
+            self.dropped[row["cost_model"]] = row["error"]
+            log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
+
+
+def _run_remote(remote: Remote, todo: list, networks: list, setup: Setup, got: _Collected) -> list[dict]:
+    """The runs and the untuned timings on a cluster; returns the untuned rows."""
+    untuned_rows = []
+    with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
+        for done in remote.run(todo, networks, setup):
+            bar.update(1)
+            if "untuned" not in done:
+                got.keep(done)
+            elif done["untuned"] is not None:
+                untuned_rows.append(done["untuned"])
+            else:
+                log.error("timing %s untuned failed: %s", done["network"], done["error"])
+    return untuned_rows
+
+
+def _run_here(todo: list, networks: list, make_cost_model: Callable[[str, int], object], setup: Setup,
+              got: _Collected, before_first: Callable[[], None] | None) -> list[dict]:
+    """The runs one after the other on this host, then each tuned network timed untuned; a
+    Ctrl-C saves the finished runs, never the one in progress, and is raised again."""
+    with stop_on_interrupt():
+        for item, seed, kind in progress(todo, desc="tune", unit="run"):
+            if kind in got.dropped:
+                continue
+            if before_first is not None:
+                before_first()
+                before_first = None
+            got.keep(tune_one(item, kind, seed, make_cost_model, setup, setup.work / setup.folder(item.name, kind, seed)))
+        timed = {row["network"] for row in got.e2e}
+        untuned_rows = [item.untuned(setup) for item in networks if item.name in timed]
+        if INTERRUPTED.is_set():
+            raise KeyboardInterrupt
+    return untuned_rows

@@ -28,7 +28,6 @@ random and the figures are not a comparison of cost models).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +39,7 @@ from features.candidates import FeatureMismatchError
 from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
+from pipeline.core.registry import choose
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.tuning import TuneError
 from pipeline.tuning.cost_model import PipelineCostModel
@@ -97,43 +97,58 @@ KINDS = {"ours": _ours, "ours_update": _ours_update, "ours_adapt": _ours_adapt, 
 
 
 def check_kinds(kinds: list[str]) -> list[str]:
-    bad = [k for k in kinds if k not in KINDS]
-    if bad:
-        raise TuneError(f"tune.cost_models: unknown {bad}; valid: {', '.join(KINDS)}")
+    """`tune.cost_models`, refused before any run when one is unknown."""
+    for kind in kinds:
+        choose("tune.cost_models", KINDS, kind, TuneError)
     return kinds
 
 
 def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None = None, xgb_warmup: int = 100):
     """A fresh MetaSchedule cost model of `kind` for one tuning run."""
-    check_kinds([kind])
-    return KINDS[kind](seed=int(seed), threads=int(threads), ours=ours, xgb_warmup=xgb_warmup)
+    make = choose("tune.cost_models", KINDS, kind, TuneError)
+    return make(seed=int(seed), threads=int(threads), ours=ours, xgb_warmup=xgb_warmup)
 
 
 PRETRAINED = "pretrained:"  # tune.model_uri=pretrained:<release name or folder>
 
 
-def model_uri(cfg) -> tuple[str, bool]:
-    """(model URI, whether it is the default) for `ours`."""
-    uri = cfg.tune.get("model_uri")
-    if uri:
-        return str(uri), False
-    return f"models:/{tracking.registered_name(cfg)}@best", True
+@dataclass
+class OursOptions:
+    """Where `ours` comes from (tune.model_uri: an MLflow model URI or `pretrained:<release>`;
+    tune.costmodel.path: a saved model folder) and how it learns during a run (tune.costmodel)."""
+
+    model_uri: str | None = None
+    path: str | None = None
+    releases: Path = Path("data/releases")
+    update: bool = False  # the defaults are conf/tune/default.yaml's
+    update_every: int = 2
+    update_mode: str = "auto"
+    update_rounds: int = 50
+    update_epochs: int = 5
+    threads: int = 1
+
+    def learning(self) -> dict:
+        return dict(update=self.update, update_every=self.update_every, update_mode=self.update_mode,
+                    update_rounds=self.update_rounds, update_epochs=self.update_epochs, threads=self.threads)
 
 
-def load_ours(cfg) -> tuple[PipelineCostModel, str]:
+def model_uri(opts: OursOptions, store: tracking.Store) -> tuple[str, bool]:
+    """(model URI, whether it is the default: the workspace's `best`) for `ours`."""
+    if opts.model_uri:
+        return opts.model_uri, False
+    return f"models:/{store.registered_model}@best", True
+
+
+def load_ours(opts: OursOptions, store: tracking.Store) -> tuple[PipelineCostModel, str]:
     """The adapter for `ours` and where it came from (refusals and missing models are errors
     that name the fix)."""
-    tracking.setup(cfg)
-    uri, default = model_uri(cfg)
-    cm = cfg.tune.costmodel
-    # cm["update"]: `cm.update` is the mapping's own method
-    kwargs = dict(update=bool(cm["update"]), update_every=int(cm["update_every"]), update_mode=str(cm["update_mode"]),
-                  update_rounds=int(cm["update_rounds"]), update_epochs=int(cm["update_epochs"]),
-                  threads=int(cfg.jobs) or os.cpu_count() or 1)
-    if cm.get("path"):
-        return PipelineCostModel.from_path(str(cm.path), **kwargs), str(cm.path)
+    tracking.setup(store)
+    uri, default = model_uri(opts, store)
+    kwargs = opts.learning()
+    if opts.path:
+        return PipelineCostModel.from_path(opts.path, **kwargs), opts.path
     if uri.startswith(PRETRAINED):
-        search = release.search_path(Path(str(cfg.paths.releases)))
+        search = release.search_path(opts.releases)
         try:
             return PipelineCostModel.from_pretrained(uri[len(PRETRAINED):], search=search, **kwargs), uri
         except PipelineError as e:
@@ -152,7 +167,7 @@ def load_ours(cfg) -> tuple[PipelineCostModel, str]:
                             f"`python -m pipeline stage=train features=static`.") from e2
     except Exception as e:  # noqa: BLE001 - a missing registry entry or run
         raise TuneError(f"tune.model_uri={uri}: {type(e).__name__}: {e}. Run `python -m pipeline stage=train` for "
-                        f"workspace '{cfg.workspace}' (same mlflow.tracking_uri), or set tune.model_uri / "
+                        f"workspace '{store.workspace}' (same mlflow.tracking_uri), or set tune.model_uri / "
                         f"tune.costmodel.path.") from e
 
 

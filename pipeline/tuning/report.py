@@ -18,7 +18,8 @@ compiled with each run's database (`end_to_end`, plus the untuned network for re
 `write` turns a comparison's tables into the report files: <prefix>.csv (summary),
 <prefix>_runs.csv, <prefix>_trials.csv, <prefix>_reach.csv, <prefix>_curves.png (mean
 line and min/max band over seeds), <prefix>_curves_time.png (against wall-clock seconds),
-<prefix>.md and, for a network, <prefix>_network.csv (end to end, per seed), <prefix>_e2e.csv
+<prefix>_paired.csv (each cost model against the baseline, paired by task and seed, with a
+bootstrap interval over tasks), <prefix>.md and, for a network, <prefix>_network.csv (end to end, per seed), <prefix>_e2e.csv
 (over seeds), <prefix>_e2e.png (bars with [min, max] over seeds) and <prefix>_network.png.
 """
 
@@ -186,6 +187,33 @@ def reach_table(table: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
     tasks = list(dict.fromkeys(table["task"]))
     grid = grid.reindex(index=tasks, columns=_ordered(table["cost_model"]))
     return grid.rename_axis(columns=None).reset_index()
+
+
+def paired_speedup(detail: pd.DataFrame, baseline: str = "xgb", level: float = 0.9, resamples: int = 4000,
+                   seed: int = 0) -> pd.DataFrame:
+    """Per cost model, paired with the baseline's run of the same task and seed: the geometric
+    mean over the (task, seed) pairs of baseline best / its best, a bootstrap interval (`level`)
+    that resamples the tasks with their seeds, and how many pairs it won (speedup above 1).
+    A network's row is a sum of its tasks' and is left out; so are pairs missing either run."""
+    speed = f"speedup_vs_{baseline}"
+    if detail.empty:
+        return pd.DataFrame()
+    tasks = detail[~detail["task"].astype(str).str.endswith(network_label(""))]
+    tasks = tasks[(tasks["cost_model"] != baseline) & np.isfinite(tasks[speed]) & (tasks[speed] > 0)]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for cm in _ordered(tasks["cost_model"]):
+        mine = tasks[tasks["cost_model"] == cm]
+        per_task = mine.assign(log=np.log(mine[speed])).groupby("task")["log"].agg(["sum", "count"])
+        total, count = per_task["sum"].to_numpy(), per_task["count"].to_numpy()
+        pick = rng.integers(0, len(total), size=(resamples, len(total)))
+        boot = np.exp(total[pick].sum(axis=1) / count[pick].sum(axis=1))
+        lo, hi = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+        rows.append({"cost_model": cm, "tasks": len(total), "pairs": int(count.sum()),
+                     f"geomean_{speed}": float(np.exp(total.sum() / count.sum())),
+                     "interval_lo": float(lo), "interval_hi": float(hi),
+                     "pairs_won": int((mine[speed] > 1).sum())})
+    return pd.DataFrame(rows)
 
 
 def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
@@ -388,6 +416,12 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
         e2e.to_csv(files["e2e_csv"], index=False)
         text += [f"\n## {network} end to end (the whole network compiled with each run's database; untuned = "
                  f"no record)\n\n", markdown(e2e), "\n### Per seed\n\n", markdown(end_to_end)]
+    paired = paired_speedup(detail, baseline)
+    if len(paired):
+        files["paired_csv"] = folder / f"{prefix}_paired.csv"
+        paired.to_csv(files["paired_csv"], index=False)
+        text += [f"\n## Paired with {baseline} (per task and seed: {baseline}'s best / this best; geometric mean "
+                 f"over the pairs, 90% bootstrap interval over the tasks)\n\n", markdown(paired)]
     text += ["\n## Per task and network (mean over seeds)\n\n", markdown(table)]
     if dropped:
         text += ["\n## Dropped cost models\n\n"] + [f"- {k}: {v}\n" for k, v in dropped.items()]

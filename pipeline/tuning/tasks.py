@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -21,21 +22,39 @@ from tvm.s_tir import meta_schedule as ms
 
 from pipeline.core import database as D
 from pipeline.core import schema as S
-from pipeline.shims.targets import make_target, target_dict
+from pipeline.shims.targets import make_target
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table
 from pipeline.tuning import TuneError
 from pipeline.tuning.comparison import Network, TirTask
 from pipeline.workloads import flops_of, networks, ops, relax, zoo
 
 
-def _target(cfg, tasks: pd.DataFrame | None = None):
+@dataclass
+class TaskChoice:
+    """What `tune.tasks` names and how to build it: `tasks` (workspace | ops | a network |
+    pkg.module:function), at most `max_tasks` of them (None: all), the operator suite's `ops`
+    and `configs`, a zoo network's `batch` (and BERT's `bert_layers`, `bert_seq`), the seed
+    of its weights, and the configured `target` (a TVM target dict)."""
+
+    tasks: str
+    target: dict
+    max_tasks: int | None = None
+    ops: list = field(default_factory=list)
+    configs: list = field(default_factory=list)
+    batch: int = 1
+    bert_layers: int = 1
+    bert_seq: int = 128
+    seed: int = 0
+
+
+def _target(choice: TaskChoice, tasks: pd.DataFrame | None = None):
     """The target the workspace's tasks were made for, else the configured one."""
     if tasks is not None and len(tasks) and tasks["target"].notna().any():
         return make_target(json.loads(tasks["target"].dropna().iloc[0]))
-    return make_target(target_dict(cfg))
+    return make_target(choice.target)
 
 
-def workspace_tasks(cfg, ws: Workspace, limit: int | None) -> tuple[list[TirTask], object]:
+def workspace_tasks(choice: TaskChoice, ws: Workspace, limit: int | None) -> tuple[list[TirTask], object]:
     """The workspace's first `limit` tasks, and their target."""
     tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
     if limit is not None:
@@ -44,15 +63,13 @@ def workspace_tasks(cfg, ws: Workspace, limit: int | None) -> tuple[list[TirTask
     out = [TirTask(str(r.name), D.load_workload_mod(workloads[int(r.workload_index)]),
                    float(r.flops) if pd.notna(r.flops) else float("nan"), int(r.weight or 1))
            for r in tasks.itertuples()]
-    return out, _target(cfg, tasks)
+    return out, _target(choice, tasks)
 
 
-def ops_tasks(cfg, limit: int | None) -> tuple[list[TirTask], object]:
+def ops_tasks(choice: TaskChoice, limit: int | None) -> tuple[list[TirTask], object]:
     """The operator suite (tune.suite, or tune.ops / tune.configs when given)."""
-    t = cfg.tune
-    suite = OmegaConf.create({"dataset": {"ops": list(t.get("ops") or t.suite.ops),
-                                          "configs": list(t.get("configs") or t.suite.configs)}})
-    target = _target(cfg)
+    suite = OmegaConf.create({"ops": list(choice.ops), "configs": list(choice.configs)})
+    target = _target(choice)
     wl = ops.load(suite, target)
     if limit is not None:
         wl = wl[: int(limit)]
@@ -76,7 +93,7 @@ def heaviest(tasks: list[TirTask], limit: int | None) -> list[int]:
     return order if limit is None else order[: int(limit)]
 
 
-def network(cfg, name: str, limit: int | None = None) -> tuple[Network, object]:
+def network(choice: TaskChoice, name: str, limit: int | None = None) -> tuple[Network, object]:
     """A zoo network, or a user's (`pkg.module:function`), with weights bound, its example inputs
     and its `limit` heaviest tasks."""
     own = relax.is_spec(name)
@@ -85,20 +102,18 @@ def network(cfg, name: str, limit: int | None = None) -> tuple[Network, object]:
                         f"nor a function of your own as {relax.FORM}")
     if limit is not None and int(limit) < 1:
         raise TuneError(f"tune.max_tasks={limit}: tune at least one task of {name} (null = all of them)")
-    t = cfg.tune
-    seed = int(cfg.seed)
+    seed = choice.seed
     if own:
         net = relax.load_network(name, "tune.tasks", seed)
         label, mod, inputs = net.name, net.mod, net.inputs
     else:
-        options = {"layers": int(t.get("bert_layers", 1) or 1), "seq": int(t.get("bert_seq", 128) or 128)} \
-            if name == "bert_encoder" else {}
-        batch = int(t.get("batch", 1) or 1)
+        options = {"layers": choice.bert_layers, "seq": choice.bert_seq} if name == "bert_encoder" else {}
+        batch = choice.batch
         mod = zoo.export(name, batch, seed, **options)
         _, example = networks.build(name, batch, seed, **options)
         label, inputs = name, [x.numpy() for x in example]
     mod = zoo.fuse(mod)
-    target = _target(cfg)
+    target = _target(choice)
     ext = ms.relax_integration.extract_tasks(mod, target)
     if not ext:
         raise TuneError(f"tune.tasks={name!r}: MetaSchedule finds no task to tune in {label}")
@@ -108,14 +123,13 @@ def network(cfg, name: str, limit: int | None = None) -> tuple[Network, object]:
     return Network(label, mod, inputs, [tasks[i] for i in chosen], [ext[i] for i in chosen], len(tasks)), target
 
 
-def choose(cfg, ws: Workspace) -> tuple[list[TirTask] | list[Network], object]:
+def choose(choice: TaskChoice, ws: Workspace) -> tuple[list[TirTask] | list[Network], object]:
     """What `tune.tasks` names, and the target to tune it for."""
-    kind = str(cfg.tune.tasks)
-    limit = None if cfg.tune.get("max_tasks") is None else int(cfg.tune.max_tasks)
+    kind, limit = choice.tasks, choice.max_tasks
     if kind in ("workspace", "ops"):
-        tasks, target = workspace_tasks(cfg, ws, limit) if kind == "workspace" else ops_tasks(cfg, limit)
+        tasks, target = workspace_tasks(choice, ws, limit) if kind == "workspace" else ops_tasks(choice, limit)
         if not tasks:
             raise WorkspaceError(f"tune.tasks={kind}: no task to tune in {ws.root}")
         return tasks, target
-    net, target = network(cfg, kind, limit)
+    net, target = network(choice, kind, limit)
     return [net], target

@@ -1,10 +1,14 @@
 """Workload sources: each turns a `dataset` config into tensor programs to tune.
 
-A source is a function `load(cfg, target) -> list[Workload]`, registered in `SOURCES`
-under the name that `dataset.source` gives and chosen with `create(kind)`.
+A source is a function `load(dataset, target, *, seed, data) -> list[Workload]` of the
+`dataset` group's config, the TVM target, the seed of network weights and the data folder
+(`paths.data`), registered in `SOURCES` under the name that `dataset.source` gives and
+chosen with `create(kind)`.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from pipeline.core.registry import choose
 from pipeline.workloads import ops, relax, tenset, zoo
@@ -16,12 +20,13 @@ SOURCES = {"ops": ops.load, "zoo": zoo.load, "tenset": tenset.load, "relax": rel
 
 
 def create(kind: str):
-    """The source `kind`: a function (cfg, target) -> list[Workload]."""
+    """The source `kind`: a function (dataset, target, *, seed, data) -> list[Workload]."""
     return choose("dataset.source", SOURCES, kind)
 
 
-def load_workloads(cfg, target) -> list[Workload]:
-    return create(str(cfg.dataset.source))(cfg, target)
+def load_workloads(dataset, target, *, seed: int = 0, data: Path = Path("data")) -> list[Workload]:
+    """The workloads of the `dataset` group's source."""
+    return create(str(dataset.source))(dataset, target, seed=seed, data=data)
 
 
 def args_of(mod) -> list:

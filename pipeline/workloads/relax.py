@@ -164,8 +164,9 @@ def load_network(spec: str, key: str, seed: int = 0, inputs: bool = True) -> Own
     return OwnNetwork(name, mod, random_inputs(mod, seed, key, spec) if inputs else [])
 
 
-def load(cfg, target) -> list[Workload]:
-    spec = cfg.dataset.get("module")
+def load(dataset, target, **_) -> list[Workload]:
+    """The tasks of the network that `dataset.module` (pkg.module:function) returns."""
+    spec = dataset.get("module")
     if not spec:
         raise PipelineError(f"dataset=relax needs dataset.module={FORM}: a function returning {RETURNS}")
     t0 = time.time()

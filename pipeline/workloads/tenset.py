@@ -10,6 +10,7 @@ itself is the workspace's (TenSet's `cuda` tasks are tuned for the configured GP
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from pipeline.tenset import dataset as DS
 from pipeline.tenset import tasks as T
@@ -18,10 +19,12 @@ from pipeline.workloads.base import Workload
 log = logging.getLogger(__name__)
 
 
-def load(cfg, target) -> list[Workload]:
+def load(dataset, target, *, data: Path = Path("data"), **_) -> list[Workload]:
+    """The tasks of TenSet's task pickles for `target`'s kind: `dataset.path` (or the copy under
+    `data`), `dataset.networks` (all when empty)."""
     kind = str(target.kind.name)
-    root = DS.resolve(cfg)
-    files = T.select(DS.task_files(root), kind, cfg.dataset.get("networks"))
+    root = DS.resolve(dataset.get("path"), data)
+    files = T.select(DS.task_files(root), kind, dataset.get("networks"))
     if not files:
         raise ValueError(f"{root} has no TenSet task file for target kind {kind!r} (names end in ',{kind}).task.pkl')")
     out, failed = [], 0

@@ -17,10 +17,10 @@ from pipeline.workloads.base import Workload
 log = logging.getLogger(__name__)
 
 
-def network_options(cfg, name: str) -> dict:
+def network_options(dataset, name: str) -> dict:
     """Per-network constructor options taken from the dataset config."""
     if name == "bert_encoder":
-        layers = int(cfg.dataset.get("bert_layers", 12) or 12)
+        layers = int(dataset.get("bert_layers", 12) or 12)
         if layers < 1:
             raise ValueError(f"dataset.bert_layers must be >= 1, got {layers}")
         return {"layers": layers}
@@ -114,25 +114,26 @@ def relax_workloads(mod, target, network: str, source: str, extra: dict | None =
     ]
 
 
-def load(cfg, target) -> list[Workload]:
+def load(dataset, target, *, seed: int = 0, **_) -> list[Workload]:
+    """The tasks of `dataset.networks` (all when empty) at `dataset.batch`, weights drawn with
+    `seed`, and the suite's `dataset.ops` when given."""
     from pipeline.workloads import networks as nets  # torch: seconds to import, only for dataset=zoo
 
-    names = list(cfg.dataset.get("networks") or nets.NETWORKS)
+    names = list(dataset.get("networks") or nets.NETWORKS)
     unknown = [n for n in names if n not in nets.NETWORKS]
     if unknown:
         raise ValueError(f"dataset.networks: unknown network(s) {', '.join(map(repr, unknown))}; "
                          f"valid: {', '.join(nets.NETWORKS)}")
-    batch = int(cfg.dataset.get("batch", 1))
+    batch = int(dataset.get("batch", 1))
     if batch < 1:
         raise ValueError(f"dataset.batch must be >= 1, got {batch}")
-    seed = int(cfg.get("seed", 0) or 0)
     out = []
     for name in names:
         t0 = time.time()
-        found = network_workloads(name, target, batch, seed, **network_options(cfg, name))
+        found = network_workloads(name, target, batch, seed, **network_options(dataset, name))
         log.info("zoo: %s (batch %d): %d tasks, %d calls in %.1f s", name, batch, len(found),
                  sum(w.weight for w in found), time.time() - t0)
         out.extend(found)
-    if cfg.dataset.get("ops"):
-        out.extend(ops.load(cfg, target))
+    if dataset.get("ops"):
+        out.extend(ops.load(dataset, target))
     return out

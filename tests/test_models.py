@@ -1,0 +1,205 @@
+"""The models' fit/predict contract (models/gbdt.py, mlp.py, ensemble.py, registry.py) on small
+tables with known answers: they learn, round-trip, continue, and fail clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models import metrics as M
+from models.base import FeatureSpec
+from models.splits import make_split
+
+from synthetic import additive_table, small_table
+
+
+def _model(name: str, overrides: list[str] | None = None, spec: FeatureSpec | None = None):
+    """An untrained model made as stage=train makes it: its composed config, instantiated."""
+    from models import registry
+    from pipeline.config import compose
+
+    cfg = compose([f"model={name}", *(overrides or [])])
+    return registry.create(cfg.model, spec or small_table().spec, seed=0, threads=1)
+
+
+STORE_MODELS = {"mlp", "lgbm_ps", "lgbm_ps_rank", "xgb_ps", "ens_ps"}
+
+
+@pytest.mark.parametrize("name", ["lgbm", "lgbm_rank", "xgb", "xgb_rank", "mlp", "lgbm_w", "lgbm_ps", "lgbm_ps_rank",
+                                  "xgb_ps", "ens_ps"])
+def test_models_learn_and_roundtrip(name, tmp_path):
+    from models import registry
+
+    tab = small_table()
+    sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
+    train, val, test = tab.take(sp.train), tab.take(sp.val), tab.take(sp.test)
+    model = _model(name, ["model.max_epochs=30"] if name == "mlp" else [], tab.spec)
+    assert model.name == name and model.library in ("lightgbm", "xgboost", "mlp", "ensemble")
+    model.fit(train, val)
+    scores = model.predict(test)
+    ev = M.evaluate(test.frame, scores, calibrated=model.calibrated)
+    if name not in ("lgbm_ps", "xgb_ps", "ens_ps"):  # a product of store terms: pack-sum regression, see below
+        assert ev.summary["spearman"] > 0.5, ev.summary  # the latency is a simple function of the features
+    model.save(tmp_path / "m")
+    again = registry.load(tmp_path / "m")
+    assert type(again) is type(model) and again.name == name and again.hyperparams == model.hyperparams
+    frame = test.store_frame() if again.spec.input == "stores" else test.frame
+    assert again.spec.input == ("stores" if name in STORE_MODELS else "records")
+    frame_scores = again.predict_frame(frame)
+    assert list(frame_scores["record_id"]) == list(test.frame["record_id"])
+    np.testing.assert_allclose(frame_scores["score"].to_numpy(), scores, rtol=1e-5, atol=1e-5)
+    with pytest.raises(KeyError, match="lacks"):
+        again.predict_frame(frame.drop(columns=[(again.spec.columns + again.spec.store_columns)[0]]))
+    # clone: same class and hyperparameters, untrained; copy: the trained model, independent
+    fresh = model.clone()
+    assert type(fresh) is type(model) and fresh.hyperparams == model.hyperparams and fresh.native() is None
+    twin = model.copy()
+    assert twin.native() is not model.native() or name == "ens_ps"
+    np.testing.assert_allclose(twin.predict(test), scores, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["lgbm_ps", "xgb_ps", "lgbm_ps_rank"])
+def test_pack_sum_models_learn_store_costs(name):
+    """input=stores: the loss on each record's sum of store outputs trains the per-store trees,
+    and a record's score is exactly that sum."""
+    tab = additive_table(n_tasks=8, per_task=50)
+    sp = make_split(tab.frame, "within_task", seed=0)
+    model = _model(name, [], tab.spec)
+    assert model.spec.input == "stores" and model.spec.columns == []
+    model.fit(tab.take(sp.train), tab.take(sp.val))
+    test = tab.take(sp.test)
+    scores = model.predict(test)
+    ev = M.evaluate(test.frame, scores, calibrated=model.calibrated)
+    assert ev.summary["spearman"] > (0.7 if model.ranking else 0.85), ev.summary
+    per_store = model._predict_rows(test.stores)
+    np.testing.assert_allclose(scores, np.add.reduceat(per_store, test.offsets[:-1]), rtol=1e-6, atol=1e-9)
+    if not model.ranking:  # calibrated: the scores estimate the labels themselves
+        assert ev.summary["rmse"] < 0.15, ev.summary
+
+
+def test_pack_sum_with_record_context_roundtrips(tmp_path):
+    """context: each store row carries its record's matching columns; the saved model predicts
+    the same from the pyfunc's one-row-per-store frame."""
+    from models import registry
+
+    tab = small_table()
+    model = _model("lgbm_ps", ["model.context=['^static.f[01]$']", "model.rounds_without_val=20"], tab.spec)
+    assert model.spec.columns == ["static.f0", "static.f1"] and model.row_columns[-2:] == ["static.f0", "static.f1"]
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    assert set(model.importance().index) == set(tab.spec.store_columns) | {"static.f0", "static.f1"}
+    model.save(tmp_path / "m")
+    again = registry.load(tmp_path / "m")
+    frame = tab.store_frame()[["record_id", "static.f0", "static.f1", *tab.spec.store_columns]]
+    np.testing.assert_allclose(again.predict_frame(frame)["score"], model.predict(tab), rtol=1e-6)
+    with pytest.raises(ValueError, match="matches no record-level column"):
+        _model("lgbm_ps", ["model.context=['^nothing$']"], tab.spec)
+    with pytest.raises(ValueError, match="need input=stores"):
+        _model("lgbm", ["+model.context=[f0]"], tab.spec)
+
+
+def test_ensemble_is_the_mean_of_standardized_member_scores():
+    tab = additive_table()
+    sp = make_split(tab.frame, "within_task", seed=0)
+    ens = _model("ens_ps", ["model.weights.xgb_ps=3"], tab.spec)
+    assert set(ens.members) == {"xgb_ps", "lgbm_ps_rank"} and ens.weights == {"xgb_ps": 3.0, "lgbm_ps_rank": 1.0}
+    ens.fit(tab.take(sp.train), tab.take(sp.val))
+    train, test = tab.take(sp.train), tab.take(sp.test)
+    z = {}
+    for k, m in ens.members.items():
+        s = m.predict(train)
+        z[k] = (m.predict(test) - s.mean()) / s.std()
+    np.testing.assert_allclose(ens.predict(test), (3 * z["xgb_ps"] + z["lgbm_ps_rank"]) / 4, rtol=1e-6, atol=1e-9)
+    # one candidate scored alone gets the score it gets among others
+    one = test.take(np.array([3]))
+    np.testing.assert_allclose(ens.predict(one), ens.predict(test)[3:4], rtol=1e-6)
+
+
+def test_label_weight_and_early_stopping_metric():
+    from models.metrics import STOP_METRICS
+
+    tab = small_table()
+    sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
+    for metric in STOP_METRICS:
+        model = _model("lgbm_w", [f"model.early_stopping_metric={metric}"], tab.spec)
+        info = model.fit(tab.take(sp.train), tab.take(sp.val))
+        assert info["early_stopped"] and info["best_iteration"] >= 1
+        assert list(info["val_curve"]) == (["rmse"] if metric == "loss" else [f"val_{metric}"])
+    mlp = _model("mlp", ["model.early_stopping_metric=apeak32", "model.max_epochs=4", "model.patience=10"], tab.spec)
+    info = mlp.fit(tab.take(sp.train), tab.take(sp.val))
+    assert info["epochs"] == 4 and all(-1 <= v < 0 for v in info["val_loss"])  # the negative of a peak score
+    lay = _model("lgbm_w", [], tab.spec)._layout(tab)
+    np.testing.assert_allclose(lay.w, tab.labels)  # label_weight 1: weight = label
+    with pytest.raises(ValueError, match="early_stopping_metric='top1'; valid: loss, peak1"):
+        _model("lgbm_w", ["model.early_stopping_metric=top1"], tab.spec)
+    with pytest.raises(ValueError, match="input=stores needs per-store rows"):
+        _model("lgbm_ps", [], FeatureSpec("profiler", ["profiler.c"], []))
+
+
+def test_lambdarank_gradients_push_the_better_record_up():
+    from models.gbdt import lambdarank_gradients
+
+    scores = np.array([0.0, 0.0, 0.0, 1.0])
+    grade = np.array([3, 0, 1, 0])  # record 0 is best but scored like the others, record 3 worst scored first
+    g, h = lambdarank_gradients(scores, grade, np.array([4]))
+    assert g[0] < 0 and g[3] > 0 and abs(g.sum()) < 1e-12 and (h > 0).all()  # descent raises 0, lowers 3
+    g2, _ = lambdarank_gradients(np.array([3.0, 0.0, 1.0, -1.0]), grade, np.array([4]))
+    assert np.abs(g2).max() < np.abs(g).max()  # a better order has smaller gradients
+
+
+@pytest.mark.parametrize("name", ["lgbm", "xgb", "mlp"])
+def test_continue_fit_trains_further_in_place(name):
+    tab = small_table()
+    model = _model(name, ["model.max_epochs=3"] if name == "mlp" else ["model.rounds_without_val=20"], tab.spec)
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    before = model.predict(tab)
+    trees = model.native().num_trees() if name == "lgbm" else None
+    model.continue_fit(tab.take(np.arange(40)), rounds=5, epochs=2)
+    after = model.predict(tab)
+    assert after.shape == before.shape and np.isfinite(after).all() and not np.allclose(after, before)
+    if name == "lgbm":
+        assert model.native().num_trees() == trees + 5
+    if name == "xgb":
+        assert model.native().num_boosted_rounds() == 25
+
+
+def test_model_all_composes_every_model_config_and_reaches_per_model_overrides():
+    from pipeline.config import CONF_DIR, compose
+
+    cfg = compose(["model.lgbm.params.num_leaves=63", "model.mlp.hidden=32"])
+    files = {p.stem for p in (CONF_DIR / "model").glob("*.yaml")} - {"all"}
+    assert set(cfg.model) - {"name"} == files  # a new model config must be listed in model/all.yaml
+    from models import registry
+
+    lgbm = registry.create(cfg.model.lgbm, small_table().spec)
+    assert lgbm.library_params["num_leaves"] == 63 and lgbm.name == "lgbm"
+    assert registry.create(cfg.model.mlp, small_table().spec).hidden == 32
+
+
+def test_saved_model_of_an_earlier_layout_loads(tmp_path):
+    """A model.json whose params hold only the keys its config had (no defaults recorded)."""
+    import json
+
+    from models import registry
+
+    tab = small_table()
+    model = _model("lgbm", ["model.rounds_without_val=5"], tab.spec)
+    model.fit(tab, tab.take(np.zeros(0, np.int64)))
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["params"] = {k: meta["params"][k] for k in ("objective", "num_boost_round", "early_stopping_rounds",
+                                                     "rounds_without_val", "params")}
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    np.testing.assert_allclose(registry.load(tmp_path / "m").predict(tab), model.predict(tab))
+
+
+def test_unknown_model_config_and_saved_class_are_clear_errors(tmp_path):
+    import json
+
+    from models import registry
+
+    with pytest.raises(registry.UnknownModelError, match="'catboost' has no `_target_`.*model=<name>"):
+        registry.create({"name": "catboost", "depth": 6}, small_table().spec)
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.json").write_text(json.dumps({"name": "x", "class": "os.system"}))
+    with pytest.raises(registry.UnknownModelError, match="names class 'os.system', not a cost model"):
+        registry.load(tmp_path / "m")
