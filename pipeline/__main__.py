@@ -20,6 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+import pipeline.docs_config  # noqa: F401  (registers ${pipeline_help:}: the stages and groups --help lists)
 from pipeline import config, failures, stages
 from pipeline.logs import console_to_log, quiet_dependencies
 from pipeline.summary import OBJECTIVE, print_summary

@@ -85,8 +85,6 @@ def _release_workspace(release, labels) -> str:
 
 OmegaConf.register_new_resolver("release_name", _release_name, replace=True)
 OmegaConf.register_new_resolver("release_workspace", _release_workspace, replace=True)
-# ${pipeline_help:} of the --help template: the stages and groups, as the reference page lists them
-import pipeline.docs_config  # noqa: E402,F401
 
 
 class ConfigError(PipelineError):

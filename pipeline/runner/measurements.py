@@ -4,7 +4,6 @@ measurements of a device bundle imported by stage=collect)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from pipeline.core import database as D
 from pipeline.device import harness
@@ -13,18 +12,15 @@ from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 from pipeline.runner.jobs import kernel_jobs
 
-if TYPE_CHECKING:
-    from pipeline.runner.modes import Mode
-
 log = logging.getLogger(__name__)
 
 
-def measure(ws: Workspace, shard: Shard, mode: Mode) -> dict:
-    """Measure the shard's kernels with `mode` and write the measurements table (error rows
-    for build failures and failed kernels, under the target's device name of the mode's
-    settings) and the run times into the MetaSchedule database; `check_per_task` kernels of
-    each task are checked against the unscheduled reference; force=true measures again.
-    Returns the counts."""
+def measure(ws: Workspace, shard: Shard, mode) -> dict:
+    """Measure the shard's kernels with `mode` (a run mode of pipeline/runner/modes.py, which
+    imports this module) and write the measurements table (error rows for build failures and
+    failed kernels, under the target's device name of the mode's settings) and the run times
+    into the MetaSchedule database; `check_per_task` kernels of each task are checked against
+    the unscheduled reference; force=true measures again. Returns the counts."""
     device, check_per_task, force = mode.settings.device_name, mode.settings.check_per_task, mode.settings.force
     mode.prepare()
     todo = ws.todo("measurements", ws.read("kernels", require=True), shard=shard, force=force)

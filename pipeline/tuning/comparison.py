@@ -20,7 +20,7 @@ import socket
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -32,9 +32,6 @@ from pipeline.core.workspace import atomic_write_bytes
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
                                   tune_task, warm_up)
-
-if TYPE_CHECKING:
-    from pipeline.tuning.remote import Remote
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +231,7 @@ def pending(items: list, kinds: list[str], seeds: list[int], setup: Setup, reuse
 
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
             setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
-            before_first: Callable[[], None] | None = None, remote: Remote | None = None,
+            before_first: Callable[[], None] | None = None, remote=None,
             on_finished: Callable[[dict], None] | None = None) -> Comparison:
     """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
     network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
@@ -246,7 +243,8 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     without one starts from an empty folder (a run cut short leaves a partial database that
     would seed its search). `before_first()` runs once, before the first run that tunes here
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
-    (see `Remote`), `make_cost_model` and `setup`'s builder and runner are not used.
+    (a `Remote` of pipeline/tuning/remote.py, which imports this module), `make_cost_model`
+    and `setup`'s builder and runner are not used.
     `on_finished(done)` is called with each run that finishes without error, once it is saved."""
     got = _Collected(setup, drop_on_failure, on_finished)
     todo, earlier = pending(items, kinds, seeds, setup, reuse)
@@ -297,7 +295,7 @@ class _Collected:
             log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
 
 
-def _run_remote(remote: Remote, todo: list, networks: list, setup: Setup, got: _Collected) -> list[dict]:
+def _run_remote(remote, todo: list, networks: list, setup: Setup, got: _Collected) -> list[dict]:
     """The runs and the untuned timings on a cluster; returns the untuned rows."""
     untuned_rows = []
     with progress(total=len(todo) + len(networks), desc="tune", unit="run") as bar:
