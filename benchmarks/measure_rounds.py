@@ -34,7 +34,7 @@ from models.metrics import latency_agreement
 from models.tables import usable_rows
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 # Tasks with fewer measured kernels in both passes say nothing about ranking.
 MIN_RECORDS = 8

@@ -46,7 +46,7 @@ from pipeline.core import schema as S
 from pipeline.device.harness import Timer, load_kernel
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.runner.jobs import kernel_jobs
-from pipeline.stages.options import measure_settings, workspace_of
+from pipeline.options import measure_settings, workspace_of
 
 
 def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed: int,

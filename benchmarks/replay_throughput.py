@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from pipeline.config import compose, run_stage
-from pipeline.stages.options import executor_of
+from pipeline.options import executor_of
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 from models import registry
 from models.tables import build_table
 from pipeline.config import compose
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 
 def peak_rss_gb() -> float:

@@ -21,7 +21,7 @@ from pipeline.core.registry import choose
 
 @dataclass
 class ProfilerSettings:
-    """What the profilers read, made once by the stage from `collect.*` (pipeline/stages/options.py):
+    """What the profilers read, made once by the stage from `collect.*` (pipeline/options.py):
     the target's kind (what `auto` picks by), CpuCounters' keyword arguments (`collect.perf`),
     and Nsight Compute's options, section set, report folder, the shard's tag on its report
     files and the target's name (`collect.ncu`)."""

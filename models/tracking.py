@@ -89,7 +89,7 @@ class Store:
     """Where a workspace's runs are tracked and under which names: the tracking URI, the
     experiment, the registered model, the metric that chooses `best`, and the workspace the runs
     belong to (its tags are read from its task table when a run is first logged or searched).
-    A stage makes one from its config (pipeline/stages/options.py); `config` is that config,
+    A stage makes one from its config (pipeline/options.py); `config` is that config,
     resolved, which every run logs as its params."""
 
     uri: str

@@ -57,7 +57,7 @@ def _chain(exc: BaseException):
 
 def _workspace(cfg):
     # pandas and pyarrow come with the workspace: imported when a run stops, not for --help
-    from pipeline.stages.options import workspace_of
+    from pipeline.options import workspace_of
 
     return workspace_of(cfg)
 

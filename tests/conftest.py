@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from pipeline.config import run_stage
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"

@@ -18,7 +18,7 @@ from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
 from pipeline.core.workspace import read_table
 from pipeline.runner import bundle, wheels
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 HERE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 

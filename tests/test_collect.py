@@ -14,7 +14,7 @@ from pipeline.core import schema as S
 from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import read_table
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 # Short counted loops: the test checks the mechanics, not the numbers.
 FAST = ["collect.perf.min_time_s=0.01", "collect.perf.max_calls=50", "collect.profiler=perf"]

@@ -17,7 +17,7 @@ from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, umask, write_part
 
 from conftest import copy_workspace
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 
 def records_by_id(ws: Workspace) -> dict[str, list | None]:

@@ -13,7 +13,7 @@ import pytest
 from pipeline.core import locks
 
 from conftest import ROOT
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 
 def test_a_second_holder_is_refused_with_the_first_named(tmp_path):
@@ -74,7 +74,7 @@ def test_a_sharded_measure_waits_for_an_unsharded_one_on_a_real_workspace(measur
             run_stage("measure", [*over, "shard.index=0", "shard.count=2", "force=true"])
     assert sorted(p.name for p in (root / "measurements").iterdir()) == before  # force deleted nothing
     from pipeline.config import compose
-    from pipeline.stages.options import executor_of, measure_settings
+    from pipeline.options import executor_of, measure_settings
 
     names = set()
     for index, count in ((0, 1), (0, 2), (1, 2)):

@@ -13,7 +13,7 @@ from pipeline.config import compose
 from pipeline.core.errors import PipelineError
 from pipeline.core.workspace import Workspace
 from pipeline.runner import bundle, modes
-from pipeline.stages import options
+from pipeline import options
 
 
 @pytest.fixture

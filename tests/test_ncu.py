@@ -18,7 +18,7 @@ import pytest
 
 from conftest import SHARED_FIXTURES
 from features.ncu import command, metrics, profile, report, sections
-from pipeline.stages.options import profiler_settings, workspace_of
+from pipeline.options import profiler_settings, workspace_of
 
 # Reports the pipeline captured (tests/fixtures/ncu/, none yet) and the public reports of
 # the shared fixtures, read where they are.

@@ -1,4 +1,4 @@
-"""The config turned into typed options (pipeline/stages/options.py): known answers from
+"""The config turned into typed options (pipeline/options.py): known answers from
 composed configs, and the defaults of the typed options equal to those of conf/."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from models.tracking import DEFAULT_BEST_METRIC, SelectionError
 from pipeline.config import compose
 from pipeline.core.workspace import WorkspaceError
 from pipeline.runner.modes import MeasureSettings
-from pipeline.stages import options
+from pipeline import options
 
 
 def test_workspace_shard_executor_and_target(tmp_path):

@@ -19,7 +19,7 @@ from models import tracking
 from pipeline import config
 from pipeline.core import release as R
 from pipeline.core.home import HOME_ENV, home
-from pipeline.stages.options import tracking_store, workspace_of
+from pipeline.options import tracking_store, workspace_of
 
 from conftest import ROOT
 
@@ -104,7 +104,7 @@ def test_installed_package_composes_from_pkg(wheel, tmp_path):
     (work / "mine" / "budget" / "tiny.yaml").write_text("name: tiny\nmax_tasks: 1\ncandidates_per_task: 2\n")
     script = f"""
 from pipeline import config
-from pipeline.stages.options import tracking_store, workspace_of
+from pipeline.options import tracking_store, workspace_of
 assert config.conf_source() == "pkg://pipeline.conf", config.conf_source()
 from features.ncu import sections
 assert str(sections.folder()).startswith({str(site)!r}), sections.folder()

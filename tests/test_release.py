@@ -20,7 +20,7 @@ from models.tables import build_table
 from pipeline.config import compose, run_stage
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 COMMITTED = ROOT / "data" / "releases"
 

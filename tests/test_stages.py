@@ -15,7 +15,7 @@ from pipeline.core import schema as S
 from pipeline.core import database as D
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import Workspace, read_table
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 
 def test_tasks_table(measured_workspace):

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline.config import compose, run_stage
 from pipeline.core.sharding import Shard
-from pipeline.stages.options import target_of, tenset_copy, workspace_of
+from pipeline.options import target_of, tenset_copy, workspace_of
 from pipeline.tenset import candidates as C
 
 pytestmark = pytest.mark.slow  # builds and times TenSet's programs

@@ -21,7 +21,7 @@ from models import pyfunc
 from models.tables import build_table
 from pipeline.config import compose, run_stage
 from pipeline.core.workspace import SELECTION_KEY, Workspace, WorkspaceError
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 STATIC_MODELS = ("lgbm", "xgb", "mlp", "ms_xgb")
 

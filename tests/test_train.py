@@ -22,7 +22,7 @@ from models.tracking import SelectionError
 from pipeline.config import compose, run_stage
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, WorkspaceError, read_table, write_table
-from pipeline.stages.options import tracking_store, workspace_of
+from pipeline.options import tracking_store, workspace_of
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ import pytest
 from models import tracking
 from pipeline.config import compose, run_stage
 from pipeline.core import locks
-from pipeline.stages.options import tracking_store
+from pipeline.options import tracking_store
 
 from conftest import ROOT, copy_workspace
 

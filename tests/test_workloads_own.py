@@ -12,7 +12,7 @@ from pipeline.config import run_stage
 from pipeline.core import identity
 from pipeline.core.errors import PipelineError
 from pipeline.workloads import relax, zoo
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPEC = "own_model:two_layer"

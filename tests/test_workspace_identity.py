@@ -10,7 +10,7 @@ import pytest
 from pipeline.config import compose, run_stage
 from pipeline.core import identity
 from pipeline.core.workspace import Workspace, WorkspaceError
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 
 def _moved(over: list[str], data) -> list[str]:

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from pipeline.core import identity
 from pipeline.workloads import networks, zoo
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 CUDA = {"kind": "cuda", "arch": "sm_90a", "max_threads_per_block": 1024,

@@ -52,7 +52,7 @@ class BundleSettings:
 @dataclass
 class MeasureSettings:
     """The `measure` group as the modes read it (a stage makes it once from its config,
-    pipeline/stages/options.py): where kernels run (`device`: cpu | cuda, the harness's
+    pipeline/options.py): where kernels run (`device`: cpu | cuda, the harness's
     device kind), MetaSchedule's runner semantics for the timer, the harness's limits, and
     the shard (its events file and bundle are its own); the rows' device name, the kernels
     checked per task, where `import` reads results (`results`, named `results_option` in

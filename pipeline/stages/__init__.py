@@ -73,7 +73,7 @@ def run_of(name: str):
     @functools.wraps(run)
     def staged(cfg):
         if name != "tasks" and str(cfg.dataset.source) == "release":
-            from pipeline.stages.options import workspace_of
+            from pipeline.options import workspace_of
 
             if not workspace_of(cfg, check=False).tasks.exists():
                 from omegaconf import OmegaConf, open_dict
@@ -88,7 +88,7 @@ def run_of(name: str):
 
     def locked(cfg):
         # pandas and pyarrow come with the workspace: imported when a stage runs, not for --help
-        from pipeline.stages.options import shard_of, workspace_of
+        from pipeline.options import shard_of, workspace_of
 
         # The lock is the folder's whatever selection it holds: the stage itself checks the selection.
         ws, shard = workspace_of(cfg, check=False), shard_of(cfg)

@@ -41,7 +41,7 @@ from pipeline.core.sharding import Shard
 from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.core.workspace import Workspace
 from pipeline.runner import modes
-from pipeline.stages.options import executor_of, measure_settings, profiler_settings, shard_of, workspace_of
+from pipeline.options import executor_of, measure_settings, profiler_settings, shard_of, workspace_of
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from models.metrics import ALL_METRICS
 from pipeline.core import locks
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError
-from pipeline.stages.options import tracking_store, workspace_of
+from pipeline.options import tracking_store, workspace_of
 from pipeline.summary import with_values
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from pipeline.core.release import sha256
 from pipeline.tenset import dataset as DS
 from pipeline.tenset import records as R
 from pipeline.tenset.join import task_ids_for_keys
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pipeline.runner import modes
 from pipeline.runner.measurements import measure
-from pipeline.stages.options import executor_of, measure_settings, shard_of, workspace_of
+from pipeline.options import executor_of, measure_settings, shard_of, workspace_of
 
 
 def run(cfg) -> dict:

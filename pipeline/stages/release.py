@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from pipeline.core import database as D
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
-from pipeline.stages.options import workspace_of
+from pipeline.options import workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def run(cfg) -> dict:
     uris = [str(u) for u in (OmegaConf.to_container(cfg.release.models, resolve=True) or [])]
     if uris:
         from models import release as model_release  # MLflow: only when models are released
-        from pipeline.stages.options import tracking_store
+        from pipeline.options import tracking_store
 
         names = model_release.release_models(
             tracking_store(cfg), ws, uris, release_root(cfg), name=str(cfg.release.get("name") or "") or None,

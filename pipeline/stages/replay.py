@@ -22,7 +22,7 @@ from pipeline.core import database as D
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
-from pipeline.stages.options import executor_of, shard_of, target_of, workspace_of
+from pipeline.options import executor_of, shard_of, target_of, workspace_of
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pipeline.core.sharding import Shard
 from pipeline.shims.targets import make_target
 from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.tenset.candidates import add_records
-from pipeline.stages.options import executor_of, shard_of, target_of, tenset_copy, workspace_of
+from pipeline.options import executor_of, shard_of, target_of, tenset_copy, workspace_of
 
 log = logging.getLogger(__name__)
 

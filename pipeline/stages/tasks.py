@@ -27,7 +27,7 @@ from pipeline.core import release as R
 from pipeline.shims.targets import make_target, target_json
 from pipeline.core.workspace import SELECTION_KEY
 from pipeline.workloads import args_of, flops_of, load_workloads
-from pipeline.stages.options import target_of, workspace_of
+from pipeline.options import target_of, workspace_of
 
 log = logging.getLogger(__name__)
 

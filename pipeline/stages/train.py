@@ -27,7 +27,7 @@ from models.splits import Split, make_split
 from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core import locks
 from pipeline.core.workspace import WorkspaceError
-from pipeline.stages.options import tracking_store, workspace_of
+from pipeline.options import tracking_store, workspace_of
 from pipeline.summary import OBJECTIVE, with_values
 
 log = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from models import tracking
 from pipeline.core import identity
 from pipeline.core import schema as S
 from pipeline.core.workspace import Workspace, write_part
-from pipeline.stages.options import executor_of, ours_options, task_choice, tracking_store, workspace_of
+from pipeline.options import executor_of, ours_options, task_choice, tracking_store, workspace_of
 from pipeline.tuning import TuneError
 from pipeline.tuning import comparison
 from pipeline.tuning import kinds as tuning_kinds
