@@ -366,6 +366,17 @@ class Report:
     end_to_end: pd.DataFrame = field(default_factory=pd.DataFrame)  # over seeds per cost model (networks)
 
 
+def _paired_section(detail: pd.DataFrame, baseline: str, files: dict, path: Path) -> list[str]:
+    """The report's section on each cost model paired with the baseline (and its CSV at `path`)."""
+    paired = paired_speedup(detail, baseline)
+    if paired.empty:
+        return []
+    files["paired_csv"] = path
+    paired.to_csv(path, index=False)
+    return [f"\n## Paired with {baseline} (per task and seed: {baseline}'s best / this best; geometric mean over "
+            f"the pairs, 90% bootstrap interval over the tasks)\n\n", markdown(paired)]
+
+
 def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dropped: dict, *, folder: Path,
           prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None,
           ours_uri: str | None = None, baseline: str = "xgb", tolerance: float = 0.0,
@@ -416,12 +427,7 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
         e2e.to_csv(files["e2e_csv"], index=False)
         text += [f"\n## {network} end to end (the whole network compiled with each run's database; untuned = "
                  f"no record)\n\n", markdown(e2e), "\n### Per seed\n\n", markdown(end_to_end)]
-    paired = paired_speedup(detail, baseline)
-    if len(paired):
-        files["paired_csv"] = folder / f"{prefix}_paired.csv"
-        paired.to_csv(files["paired_csv"], index=False)
-        text += [f"\n## Paired with {baseline} (per task and seed: {baseline}'s best / this best; geometric mean "
-                 f"over the pairs, 90% bootstrap interval over the tasks)\n\n", markdown(paired)]
+    text += _paired_section(detail, baseline, files, folder / f"{prefix}_paired.csv")
     text += ["\n## Per task and network (mean over seeds)\n\n", markdown(table)]
     if dropped:
         text += ["\n## Dropped cost models\n\n"] + [f"- {k}: {v}\n" for k, v in dropped.items()]
