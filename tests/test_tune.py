@@ -145,6 +145,10 @@ def test_network_tune_with_held_out_model(trained_store):
     assert (e2e["e2e_latency_ms"] > 0).all() and (e2e.loc[e2e["cost_model"] != "untuned", "seeds"] == 2).all()
     per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv")
     assert len(per_seed) == 7 and (per_seed.loc[per_seed["cost_model"] != "untuned", "tuned_tasks"] == 2).all()
+    budget = pd.read_csv(reports / "tune-bert_encoder_budget.csv").set_index("cost_model")
+    assert list(budget.index) == ["ours", "ours_update", "xgb"] and (budget["seeds"] == 2).all()
+    last = budget.columns[-1]  # 2 tasks x 2 trials: marks at trials 1, 2, 3 and 4
+    assert last == "xgb/this at 4" and budget.loc["xgb", last] == 1.0 and len(budget.columns) == 1 + 2 * 4
     for f in ("tune-bert_encoder_curves.png", "tune-bert_encoder_network.png", "tune-bert_encoder_e2e.png"):
         assert (reports / f).stat().st_size > 0
     # end to end: a bar per cost model at the mean over seeds, its error bar [min, max]
@@ -299,6 +303,28 @@ def test_paired_speedup_known_answers():
     assert p.loc["ours", "geomean_speedup_vs_xgb"] < p.loc["ours", "interval_hi"] <= 2.0 + 1e-9
     assert p.loc["random", "pairs"] == 2  # the pair without a finite speedup is left out
     assert p.loc["random", "interval_lo"] == pytest.approx(1.5) == p.loc["random", "interval_hi"]
+
+
+def test_budget_table_known_answers():
+    """The network's latency at evenly spaced trial counts: mean [min, max] over seeds in ms and
+    the baseline's latency over this one, paired by seed (a seed's NaN left out)."""
+    from pipeline.tuning import report as R
+
+    weighted = {("xgb", 0): [np.nan, 10.0, 8.0, 7.0], ("xgb", 1): [np.nan, 12.0, 10.0, 10.0],
+                ("ours", 0): [np.nan, 7.0, 7.0, 7.0], ("ours", 1): [np.nan, 15.0, 13.0, 13.0],
+                ("random", 0): [np.nan, np.nan, 9.0, 8.0]}
+    curve = pd.DataFrame([{"cost_model": cm, "seed": seed, "trial": i + 1, "weighted_s": v}
+                          for (cm, seed), vs in weighted.items() for i, v in enumerate(vs)])
+    table = R.budget_table(curve, points=2).set_index("cost_model")
+    assert list(table.index) == ["ours", "xgb", "random"]
+    assert list(table.columns) == ["seeds", "ms at 2", "xgb/this at 2", "ms at 4", "xgb/this at 4"]
+    assert table.loc["xgb", "ms at 2"] == "1.1e+04 [1e+04, 1.2e+04]" and table.loc["xgb", "xgb/this at 4"] == 1.0
+    assert table.loc["ours", "ms at 4"] == "1e+04 [7e+03, 1.3e+04]"
+    assert table.loc["ours", "xgb/this at 2"] == pytest.approx(np.sqrt(10 / 7 * 12 / 15))
+    assert table.loc["ours", "xgb/this at 4"] == pytest.approx(np.sqrt(7 / 7 * 10 / 13))
+    assert table.loc["random", "ms at 2"] == "" and np.isnan(table.loc["random", "xgb/this at 2"])
+    assert table.loc["random", "xgb/this at 4"] == pytest.approx(7 / 8)  # seed 0 only
+    assert R.budget_table(curve.iloc[:0]).empty
 
 
 def test_report_markdown_and_files(tmp_path):

@@ -19,8 +19,10 @@ compiled with each run's database (`end_to_end`, plus the untuned network for re
 <prefix>_runs.csv, <prefix>_trials.csv, <prefix>_reach.csv, <prefix>_curves.png (mean
 line and min/max band over seeds), <prefix>_curves_time.png (against wall-clock seconds),
 <prefix>_paired.csv (each cost model against the baseline, paired by task and seed, with a
-bootstrap interval over tasks), <prefix>.md and, for a network, <prefix>_network.csv (end to end, per seed), <prefix>_e2e.csv
-(over seeds), <prefix>_e2e.png (bars with [min, max] over seeds) and <prefix>_network.png.
+bootstrap interval over tasks), <prefix>.md and, for a network, <prefix>_budget.csv (its
+weighted latency at five points of the budget), <prefix>_network.csv (end to end, per
+seed), <prefix>_e2e.csv (over seeds), <prefix>_e2e.png (bars with [min, max] over seeds)
+and <prefix>_network.png.
 """
 
 from __future__ import annotations
@@ -216,6 +218,29 @@ def paired_speedup(detail: pd.DataFrame, baseline: str = "xgb", level: float = 0
     return pd.DataFrame(rows)
 
 
+def budget_table(curve: pd.DataFrame, baseline: str = "xgb", points: int = 5) -> pd.DataFrame:
+    """The network's weighted latency (ms) part way through the budget: at `points` evenly
+    spaced trial counts up to the longest run, per cost model `mean [min, max]` over seeds,
+    and beside it the baseline's / its latency paired by seed (geometric mean over seeds)."""
+    if curve.empty:
+        return pd.DataFrame()
+    total = int(curve["trial"].max())
+    marks = sorted({max(1, round(total * k / points)) for k in range(1, points + 1)})
+    at = curve[curve["trial"].isin(marks)].set_index(["cost_model", "seed", "trial"])["weighted_s"].unstack("trial")
+    rows = []
+    for cm in _ordered(at.index.get_level_values("cost_model")):
+        mine = at.loc[cm]
+        row = {"cost_model": cm, "seeds": len(mine)}
+        for t in marks:
+            ms = mine[t] * 1e3 if t in mine else pd.Series(dtype=float)
+            row[f"ms at {t}"] = _spread(ms.mean(), ms.min(), ms.max())
+            if baseline in at.index.get_level_values("cost_model") and t in mine:
+                ratio = (at.loc[baseline][t] / mine[t]).dropna()
+                row[f"{baseline}/this at {t}"] = float(np.exp(np.log(ratio).mean())) if len(ratio) else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
     """Per cost model over seeds: end-to-end latency mean, min, max and speedup over the
     baseline's mean."""
@@ -377,6 +402,31 @@ def _paired_section(detail: pd.DataFrame, baseline: str, files: dict, path: Path
             f"the pairs, 90% bootstrap interval over the tasks)\n\n", markdown(paired)]
 
 
+def _network_section(network: str, curve: pd.DataFrame, end_to_end: pd.DataFrame, baseline: str, files: dict,
+                     folder: Path, prefix: str) -> tuple[list[str], pd.DataFrame]:
+    """The report's sections on a network tuned as a whole (part way through the budget, end to
+    end) with their files; returns the text and the end-to-end summary over seeds."""
+    files["network_png"] = plots.save(plot_network(curve, f"{network}: tuning curve", baseline),
+                                      folder / f"{prefix}_network.png")
+    e2e = pd.DataFrame()
+    if len(end_to_end):
+        base = end_to_end[end_to_end["cost_model"] == baseline].set_index("seed")["e2e_latency_ms"]
+        end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
+            base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
+        e2e = end_to_end_summary(end_to_end, baseline)
+        files["e2e_png"] = plots.save(plot_end_to_end(end_to_end, f"{network} end to end: mean over seeds, "
+                                                      f"bars = [min, max]"), folder / f"{prefix}_e2e.png")
+    budget = budget_table(curve, baseline)
+    for name, frame in (("budget", budget), ("network", end_to_end), ("e2e", e2e)):
+        files[f"{name}_csv"] = folder / f"{prefix}_{name}.csv"
+        frame.to_csv(files[f"{name}_csv"], index=False)
+    text = [f"\n## {network} part way through the budget (weighted latency of the tuned tasks in ms, mean "
+            f"[min, max] over seeds; {baseline}'s latency / this one, paired by seed)\n\n", markdown(budget),
+            f"\n## {network} end to end (the whole network compiled with each run's database; untuned = "
+            f"no record)\n\n", markdown(e2e), "\n### Per seed\n\n", markdown(end_to_end)]
+    return text, e2e
+
+
 def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dropped: dict, *, folder: Path,
           prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None,
           ours_uri: str | None = None, baseline: str = "xgb", tolerance: float = 0.0,
@@ -412,21 +462,8 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
              f"reached/seeds)\n\n", markdown(reach)]
     e2e = pd.DataFrame()
     if network is not None:
-        files["network_png"] = plots.save(plot_network(curve, f"{network}: tuning curve", baseline),
-                                          folder / f"{prefix}_network.png")
-        if len(end_to_end):
-            base = end_to_end[end_to_end["cost_model"] == baseline].set_index("seed")["e2e_latency_ms"]
-            end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
-                base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
-            e2e = end_to_end_summary(end_to_end, baseline)
-            files["e2e_png"] = plots.save(plot_end_to_end(end_to_end, f"{network} end to end: mean over seeds, "
-                                                          f"bars = [min, max]"), folder / f"{prefix}_e2e.png")
-        files["network_csv"] = folder / f"{prefix}_network.csv"
-        end_to_end.to_csv(files["network_csv"], index=False)
-        files["e2e_csv"] = folder / f"{prefix}_e2e.csv"
-        e2e.to_csv(files["e2e_csv"], index=False)
-        text += [f"\n## {network} end to end (the whole network compiled with each run's database; untuned = "
-                 f"no record)\n\n", markdown(e2e), "\n### Per seed\n\n", markdown(end_to_end)]
+        section, e2e = _network_section(network, curve, end_to_end, baseline, files, folder, prefix)
+        text += section
     text += _paired_section(detail, baseline, files, folder / f"{prefix}_paired.csv")
     text += ["\n## Per task and network (mean over seeds)\n\n", markdown(table)]
     if dropped:
