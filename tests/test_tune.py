@@ -335,9 +335,9 @@ def test_report_markdown_and_files(tmp_path):
                            for cm, vs in {"xgb": [2e-3, 1e-3], "ours": [None, 1.5e-3]}.items()
                            for i, v in enumerate(vs)])
     runs = pd.DataFrame([{"task": "T", "cost_model": cm, "seed": 0, "wall_s": 30.0, "error": None}
-                         for cm in ("xgb", "ours")] + [{"task": "T", "cost_model": "mlp", "seed": 0,
+                         for cm in ("xgb", "ours")] + [{"task": "T", "cost_model": "random", "seed": 0,
                                                         "wall_s": float("nan"), "error": "ValueError: boom"}])
-    report = R.write(trials, runs, pd.DataFrame(), {"mlp": "ValueError: boom"}, folder=tmp_path, prefix="tune",
+    report = R.write(trials, runs, pd.DataFrame(), folder=tmp_path, prefix="tune",
                      heading="ws, workspace", curves_title="curves", flops={"T": 1e6}, weights={"T": 1})
     lines = report.text.split("## Per task and network (mean over seeds)")[1].split("##")[0].strip().splitlines()
     head, *rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines]
@@ -345,8 +345,8 @@ def test_report_markdown_and_files(tmp_path):
     by = {r[head.index("cost_model")]: dict(zip(head, r)) for r in rows[1:]}
     # best latency (us) and speedup with 3 significant digits; missing values are empty cells
     assert by["ours"]["best_latency_us"] == "1.5e+03" and by["ours"]["speedup_vs_xgb"] == "0.667"
-    assert by["mlp"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
-    assert "## Dropped cost models" in report.text and "- mlp: ValueError: boom" in report.text
+    assert by["random"]["best_latency_us"] == "" and by["xgb"]["trials"] == "2"
+    assert "## Failed runs" in report.text and "ValueError: boom" in report.text.split("## Failed runs")[1]
     assert set(report.files) == {"summary_csv", "runs_csv", "trials_csv", "reach_csv", "curves_png", "curves_time_png",
                                  "paired_csv", "report_md"}
     assert "## Paired with xgb" in report.text
@@ -362,14 +362,18 @@ def test_cost_model_kinds():
     assert isinstance(tuning_kinds.create("random", seed=1, threads=1), ms.cost_model.RandomModel)
     assert isinstance(tuning_kinds.create("xgb", seed=1, threads=1, xgb_warmup=4), ms.cost_model.XGBModel)
     with pytest.raises(TuneError,
-                       match=r"tune.cost_models='catboost'; valid: ours, ours_update, ours_adapt, xgb, mlp, random"):
+                       match=r"tune.cost_models='catboost'; valid: ours, ours_update, ours_adapt, xgb, random"):
         tuning_kinds.create("catboost", seed=0, threads=1)
     for kind in tuning_kinds.OURS:
         with pytest.raises(TuneError, match=f"`{kind}` needs the loaded pipeline model"):
             tuning_kinds.create(kind, seed=0, threads=1)
+    # MetaSchedule's MLPModel fails at its first update from scratch: refused before any run, saying why
+    assert tuning_kinds.check_kinds(["xgb", "random"]) == ["xgb", "random"]
+    with pytest.raises(TuneError, match=r"'mlp' \(MetaSchedule's MLPModel\) cannot tune from scratch.*leave it out"):
+        tuning_kinds.check_kinds(["xgb", "mlp"])
 
 
-def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
+def test_comparison_loop_keeps_failures_as_rows(tmp_path):
     """The loop's bookkeeping, with a stand-in for what is tuned (real tuning: the tiny tune above)."""
     from pipeline.tuning.comparison import RunResult, Setup, compare
     from pipeline.tuning.runs import StrategyConfig
@@ -378,18 +382,17 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
         name = "net"
 
         def tune(self, cost_model, seed, setup, work_dir):
-            if cost_model == "mlp":
+            if cost_model == "flaky":
                 raise ValueError("need at least one array\nto concatenate")
             rows = [{"task": "T", "index": 1, "batch": 1, "latency_s": 1e-3 * (seed + 1), "error": None,
                      "elapsed_s": 0.1}]
             return RunResult(rows, 2.0, {"e2e_latency_ms": 3.0, "tuning_min": 2.0 / 60, "trials": 1})
 
     setup = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path)
-    out = compare([Item()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",))
-    assert list(zip(out.runs["cost_model"], out.runs["seed"])) == [("xgb", 0), ("mlp", 0), ("xgb", 1)]
-    assert out.runs["error"].isna().tolist() == [True, False, True]
-    assert out.runs["error"].iloc[1] == "ValueError: to concatenate"
-    assert out.dropped == {"mlp": "ValueError: to concatenate"} and len(out.trials) == 2
+    out = compare([Item()], ["xgb", "flaky"], [0, 1], lambda kind, seed: kind, setup)
+    assert list(zip(out.runs["cost_model"], out.runs["seed"])) == [("xgb", 0), ("flaky", 0), ("xgb", 1), ("flaky", 1)]
+    assert out.runs["error"].isna().tolist() == [True, False, True, False]
+    assert out.runs["error"].iloc[1] == "ValueError: to concatenate" and len(out.trials) == 2
     assert out.end_to_end[["network", "cost_model", "seed"]].values.tolist() == [["net", "xgb", 0], ["net", "xgb", 1]]
     # Run again (an interrupted comparison's command): finished runs are reused, failed ones run again.
     calls = []
@@ -400,12 +403,12 @@ def test_comparison_loop_keeps_failures_as_rows_and_drops_flaky_kinds(tmp_path):
             return super().tune(cost_model, seed, setup, work_dir)
 
     warmed, finished = [], []
-    again = compare([Counted()], ["xgb", "mlp"], [0, 1], lambda kind, seed: kind, setup, drop_on_failure=("mlp",),
+    again = compare([Counted()], ["xgb", "flaky"], [0, 1], lambda kind, seed: kind, setup,
                     before_first=lambda: warmed.append(1), on_finished=finished.append)
-    assert calls == [("mlp", 0)] and again.reused == 2 and finished == [] and warmed == [1]  # mlp failed again
+    assert calls == [("flaky", 0), ("flaky", 1)] and again.reused == 2 and finished == [] and warmed == [1]
     # nothing to tune: no warm-up either
     compare([Counted()], ["xgb"], [0, 1], lambda kind, seed: kind, setup, before_first=lambda: warmed.append(2))
-    assert warmed == [1] and calls == [("mlp", 0)]
+    assert warmed == [1] and calls == [("flaky", 0), ("flaky", 1)]
     assert again.trials.equals(out.trials) and again.end_to_end.equals(out.end_to_end)
     assert again.runs.loc[again.runs["cost_model"] == "xgb", "wall_s"].tolist() == [2.0, 2.0]
     # reuse=False (force=true) tunes everything again

@@ -1,7 +1,7 @@
 """stage=tune: the trained cost model inside MetaSchedule, against MetaSchedule's own models.
 
 Every cost model of `tune.cost_models` (pipeline/tuning/kinds.py: ours, ours_update,
-ours_adapt, xgb, mlp, random) tunes the same tasks with the same trial budget, seeds, search
+ours_adapt, xgb, random) tunes the same tasks with the same trial budget, seeds, search
 strategy, builder and runner, on the workspace's target. What is tuned (`tune.tasks`,
 pipeline/tuning/tasks.py): the workspace's first tasks, the operator suite, or the heaviest
 tasks of a zoo network, tuned jointly and then timed end to end. The loop is
@@ -123,7 +123,7 @@ def tune(cfg, p: Plan, on_finished) -> comparison.Comparison:
     threads = int(cfg.jobs) or os.cpu_count() or 1
     spec = comparison.setup_spec(t, p.target, threads if ex.runs_here else 0)
     seeds = [int(s) for s in t.seeds]
-    run_args = dict(drop_on_failure=tuning_kinds.DROP_ON_FAILURE, reuse=not bool(cfg.force), on_finished=on_finished)
+    run_args = dict(reuse=not bool(cfg.force), on_finished=on_finished)
     try:
         if not ex.runs_here:
             remote = Remote.create(ex, spec, ours=p.ours, kinds=p.kinds, xgb_warmup=int(t.xgb_warmup))
@@ -168,7 +168,7 @@ def run(cfg) -> dict:
     kind = str(t.tasks)
     scope = f"{network}'s {len(p.tasks)} heaviest of {p.items[0].n_tasks} tasks" if network else kind
     report = tuning_report.write(
-        trials, result.runs, result.end_to_end, result.dropped, folder=ws.root / "reports",
+        trials, result.runs, result.end_to_end, folder=ws.root / "reports",
         prefix="tune" if kind == "workspace" else f"tune-{network or kind}",
         heading=f"{ws.name}, {scope}, {t.trials} trials per task, seeds {list(t.seeds)}",
         curves_title=f"{ws.name}: best latency vs trials ({t.trials} per task, seeds {list(t.seeds)})",

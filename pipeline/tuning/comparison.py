@@ -169,7 +169,6 @@ class Comparison:
     trials: pd.DataFrame  # one row per trial: Trial's columns, cost_model, seed
     runs: pd.DataFrame  # one row per tuning run: task (or network), cost_model, seed, wall_s, refits, error
     end_to_end: pd.DataFrame  # networks: network, cost_model, seed, e2e_latency_ms, tuning_min, trials, ...
-    dropped: dict  # cost model -> the error that dropped it
     reused: int = 0  # runs taken from an earlier, interrupted invocation
 
 
@@ -230,15 +229,13 @@ def pending(items: list, kinds: list[str], seeds: list[int], setup: Setup, reuse
 
 
 def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Callable[[str, int], object],
-            setup: Setup, *, drop_on_failure: tuple[str, ...] = (), reuse: bool = True,
+            setup: Setup, *, reuse: bool = True,
             before_first: Callable[[], None] | None = None, remote=None,
             on_finished: Callable[[dict], None] | None = None) -> Comparison:
     """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
     network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
 
-    A failing run is a row with its error; a kind in `drop_on_failure` is not run again after
-    its first failure (on a cluster, where runs go out at once, its other runs still come
-    back as rows). A run whose `result.json` is in its work folder under `setup.work`
+    A failing run is a row with its error (and is tuned again by the next invocation). A run whose `result.json` is in its work folder under `setup.work`
     (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
     without one starts from an empty folder (a run cut short leaves a partial database that
     would seed its search). `before_first()` runs once, before the first run that tunes here
@@ -246,7 +243,7 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     (a `Remote` of pipeline/tuning/remote.py, which imports this module), `make_cost_model`
     and `setup`'s builder and runner are not used.
     `on_finished(done)` is called with each run that finishes without error, once it is saved."""
-    got = _Collected(setup, drop_on_failure, on_finished)
+    got = _Collected(setup, on_finished)
     todo, earlier = pending(items, kinds, seeds, setup, reuse)
     for done in earlier:
         got.add(done)
@@ -258,19 +255,17 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     e2e = got.e2e
     if e2e:
         e2e += [row for row in untuned_rows if row["network"] in {r["network"] for r in e2e}]
-    return Comparison(pd.DataFrame(got.trials), pd.DataFrame(got.runs), pd.DataFrame(e2e), got.dropped, len(earlier))
+    return Comparison(pd.DataFrame(got.trials), pd.DataFrame(got.runs), pd.DataFrame(e2e), len(earlier))
 
 
 @dataclass
 class _Collected:
     """The rows of a comparison as its runs come back; a finished run is saved as it comes."""
     setup: Setup
-    drop_on_failure: tuple[str, ...]
     on_finished: Callable[[dict], None] | None
     trials: list = field(default_factory=list)
     runs: list = field(default_factory=list)
     e2e: list = field(default_factory=list)
-    dropped: dict = field(default_factory=dict)
 
     def add(self, done: dict) -> None:
         self.runs.append(done["row"])
@@ -290,9 +285,6 @@ class _Collected:
                 _save_run(self.setup.results / folder / "result.json", done)
             if self.on_finished is not None:
                 self.on_finished(done)
-        elif row["cost_model"] in self.drop_on_failure and row["cost_model"] not in self.dropped:
-            self.dropped[row["cost_model"]] = row["error"]
-            log.warning("cost model %s dropped for the rest of this run: %s", row["cost_model"], row["error"])
 
 
 def _run_remote(remote, todo: list, networks: list, setup: Setup, got: _Collected) -> list[dict]:
@@ -316,8 +308,6 @@ def _run_here(todo: list, networks: list, make_cost_model: Callable[[str, int], 
     Ctrl-C saves the finished runs, never the one in progress, and is raised again."""
     with stop_on_interrupt():
         for item, seed, kind in progress(todo, desc="tune", unit="run"):
-            if kind in got.dropped:
-                continue
             if before_first is not None:
                 before_first()
                 before_first = None

@@ -39,7 +39,7 @@ from models import plots
 KEYS = ["task", "cost_model", "seed"]
 # One color per cost model in every figure (ours first).
 COLORS = {"ours": "tab:blue", "ours_update": "tab:cyan", "ours_adapt": "tab:red", "xgb": "tab:green",
-          "mlp": "tab:purple", "random": "tab:orange"}
+          "random": "tab:orange"}
 ORDER = list(COLORS)
 
 
@@ -427,7 +427,7 @@ def _network_section(network: str, curve: pd.DataFrame, end_to_end: pd.DataFrame
     return text, e2e
 
 
-def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dropped: dict, *, folder: Path,
+def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, *, folder: Path,
           prefix: str, heading: str, curves_title: str, flops: dict, weights: dict, network: str | None = None,
           ours_uri: str | None = None, baseline: str = "xgb", tolerance: float = 0.0,
           caveat: str | None = None, notes: list[str] | None = None) -> Report:
@@ -466,8 +466,6 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, dr
         text += section
     text += _paired_section(detail, baseline, files, folder / f"{prefix}_paired.csv")
     text += ["\n## Per task and network (mean over seeds)\n\n", markdown(table)]
-    if dropped:
-        text += ["\n## Dropped cost models\n\n"] + [f"- {k}: {v}\n" for k, v in dropped.items()]
     errs = runs[runs["error"].notna()] if len(runs) else runs
     if len(errs):
         text += ["\n## Failed runs\n\n", markdown(errs)]

@@ -116,7 +116,6 @@ def quiet_console() -> None:
         if not (handler.get_name() or "").startswith(ms_log.name):
             ms_log.removeHandler(handler)
     ms_log.setLevel(logging.WARNING)
-    logging.getLogger("mlp_model").setLevel(logging.WARNING)  # MLPModel logs every epoch at INFO
 
 
 def tune_task(mod, target, work_dir: str, *, cost_model, trials: int, per_iter: int, seed: int,
