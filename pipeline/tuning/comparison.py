@@ -235,8 +235,9 @@ def compare(items: list, kinds: list[str], seeds: list[int], make_cost_model: Ca
     """Tune every item (TirTask or Network) with every cost model kind and seed, and time each
     network untuned (its `untuned` row in `end_to_end`, when a run of it was timed).
 
-    A failing run is a row with its error (and is tuned again by the next invocation). A run whose `result.json` is in its work folder under `setup.work`
-    (finished by an earlier invocation with the same settings) is reused when `reuse`; a run
+    A failing run is a row with its error (and is tuned again by the next invocation). A run
+    whose `result.json` is in its work folder under `setup.work` (finished by an earlier
+    invocation with the same settings) is reused when `reuse`; a run
     without one starts from an empty folder (a run cut short leaves a partial database that
     would seed its search). `before_first()` runs once, before the first run that tunes here
     (none when every run is reused, or on a cluster). `remote`: the runs go to a cluster
