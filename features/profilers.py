@@ -16,7 +16,7 @@ from pathlib import Path
 
 from features.cpu_counters import CpuCounters
 from features.ncu.profile import NcuProfiler, Options
-from pipeline.core.registry import choose
+from pipeline.core.components import create_kind
 
 
 @dataclass
@@ -64,14 +64,25 @@ def _settings_of(s: ProfilerSettings, kind: str, group: str):
     return value
 
 
-PROFILERS = {
-    "perf": lambda s: CpuCounters(**_settings_of(s, "perf", "cpu")),
-    "ncu": lambda s: NcuProfiler(_settings_of(s, "ncu", "ncu"), s.report_dir, s.ncu_set, s.tag, s.target),
-    "none": lambda s: NoProfiler(),
-    "auto": for_target,
-}
+def perf(s: ProfilerSettings) -> CpuCounters:
+    """collect.profiler=perf: hardware counters of the kernel's runs on this CPU."""
+    return CpuCounters(**_settings_of(s, "perf", "cpu"))
+
+
+def ncu(s: ProfilerSettings) -> NcuProfiler:
+    """collect.profiler=ncu: Nsight Compute's metrics of each kernel launch."""
+    return NcuProfiler(_settings_of(s, "ncu", "ncu"), s.report_dir, s.ncu_set, s.tag, s.target)
+
+
+def none(s: ProfilerSettings) -> NoProfiler:
+    return NoProfiler()
+
+
+#: kind -> `_target_` (pipeline/core/components.py)
+PROFILERS = {"perf": "features.profilers.perf", "ncu": "features.profilers.ncu",
+             "none": "features.profilers.none", "auto": "features.profilers.for_target"}
 
 
 def create(kind: str, settings: ProfilerSettings):
     """The profiler `kind` with `settings`."""
-    return choose("collect.profiler", PROFILERS, kind)(settings)
+    return create_kind("collect.profiler", PROFILERS, kind, settings)

@@ -2,9 +2,10 @@
 
 A model config (conf/model/<name>.yaml, composed by Hydra) names its class in `_target_`;
 the other keys are the class's keyword arguments (its hyperparameters and `name`), and
-`hydra.utils.instantiate` makes the model. `model=all` composes every model config under
-its own key (`model.lgbm`, `model.xgb`, ...), so a per-model override such as
-`model.lgbm.params.num_leaves=63` reaches the model that `model=all` trains.
+`create` makes the model as every component is made (pipeline/core/components.py).
+`model=all` composes every model config under its own key (`model.lgbm`, `model.xgb`, ...),
+so a per-model override such as `model.lgbm.params.num_leaves=63` reaches the model that
+`model=all` trains.
 
 A saved model folder (written by `CostModel.save`) names its class in model.json; `load`
 restores only the classes listed in SAVED_CLASSES.
@@ -15,10 +16,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class
 from omegaconf import DictConfig
 
 from models.base import CostModel, FeatureSpec
+from pipeline.core import components
 
 #: the `model=` option that stands for the models listed in `train.models`
 ALL = "all"
@@ -42,10 +44,7 @@ def check(config: DictConfig | dict) -> None:
 def create(config: DictConfig | dict, spec: FeatureSpec, *, seed: int = 0, threads: int = 0) -> CostModel:
     """An untrained model from its config (a conf/model/<name>.yaml node)."""
     check(config)
-    # partial: the config's keys become plain keyword arguments; spec, seed and threads are
-    # passed to the class as they are (instantiate would turn a dataclass into a dict)
-    make = instantiate(config, _partial_=True, _convert_="all")
-    return make(spec, seed=int(seed), threads=int(threads))
+    return components.create(config, spec, seed=int(seed), threads=int(threads))
 
 
 def load(folder: str | Path) -> CostModel:

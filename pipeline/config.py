@@ -217,7 +217,7 @@ RULES: dict[str, Rule] = {
     "measure.atol": NON_NEGATIVE,
     "measure.batch_size": integer(1),
     "measure.cache_flush": SWITCH,
-    "collect.profiler": Rule("name", choices=("auto", "perf", "ncu", "none")),
+    "collect.profiler": Rule("name", choices="features.profilers.PROFILERS"),
     "collect.mode": Rule("name", choices="pipeline.runner.modes.MODES"),
     "bundle.part_mib": integer(1),
     "bundle.part_kernels": integer(1),

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import cloudpickle
-from hydra.utils import instantiate
 
 from pipeline.device.harness import die_with_parent
+from pipeline.core import components
 from pipeline.core.workspace import atomic_write_bytes
 
 # Seconds between two looks at jobs in flight: map() yields (possibly nothing) at least
@@ -299,4 +299,4 @@ def run_shipped(fn: WorkFn, job: Job, files: dict[str, bytes], timeout_s: float 
 def create(config, *, gpu: bool = False) -> Executor:
     """The executor of the `executor` group's `config` (`_target_`: its class; the other keys
     are its keyword arguments), told whether the target's device is a GPU."""
-    return instantiate(config, gpu=bool(gpu), _convert_="all")
+    return components.create(config, gpu=bool(gpu))

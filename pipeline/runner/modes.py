@@ -25,7 +25,7 @@ from pipeline.core.catalog import table
 from pipeline.core.errors import PipelineError
 from pipeline.compute.executor import Executor
 from pipeline.compute.progress import progress
-from pipeline.core.registry import choose
+from pipeline.core.components import create_kind
 from pipeline.core.sharding import Shard
 from pipeline.core.workspace import Workspace
 from pipeline.runner import bundle, wheels
@@ -369,13 +369,15 @@ def failed_profile(job: dict, reason: str) -> dict:
     return {"writes": [(first, rows + job["errors"], None)], "counts": {"lost": len(rows)}}
 
 
-MODES = {"local": Local, "export": Export, "import": Import}
+#: kind -> `_target_` (pipeline/core/components.py)
+MODES = {"local": "pipeline.runner.modes.Local", "export": "pipeline.runner.modes.Export",
+         "import": "pipeline.runner.modes.Import"}
 
 
 def create(kind: str, settings: MeasureSettings, ws: Workspace, executor: Executor, *,
            option: str = "measure.mode") -> Mode:
     """The run mode `kind` (named `option` in errors: measure.mode or collect.mode) with `settings`."""
-    return choose(option, MODES, kind)(settings, ws, executor)
+    return create_kind(option, MODES, kind, settings, ws, executor)
 
 
 def ensure_device(kind: str) -> None:

@@ -39,7 +39,7 @@ from features.candidates import FeatureMismatchError
 from pipeline.core import release
 from pipeline.core import schema as S
 from pipeline.core.errors import PipelineError
-from pipeline.core.registry import choose
+from pipeline.core.components import create_kind, target
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.tuning import TuneError
 from pipeline.tuning.cost_model import PipelineCostModel
@@ -57,19 +57,19 @@ COMPARISON_COMMAND = ("python -m pipeline stage=tune dataset=release dataset.rel
                       "tune.require_held_out=true")
 
 
-def _ours(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
+def ours_model(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
     if ours is None:
         raise TuneError("cost model `ours` needs the loaded pipeline model (load_ours)")
     return ours.copy(threads=threads)  # online updates of one run do not leak into the next
 
 
-def _ours_update(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
+def ours_update_model(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
     if ours is None:
         raise TuneError("cost model `ours_update` needs the loaded pipeline model (load_ours)")
     return ours.copy(threads=threads, update=True)
 
 
-def _ours_adapt(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
+def ours_adapt_model(*, ours: PipelineCostModel | None, threads: int, **_) -> PipelineCostModel:
     if ours is None:
         raise TuneError("cost model `ours_adapt` needs the loaded pipeline model (load_ours)")
     if ours.plan is None:
@@ -78,15 +78,18 @@ def _ours_adapt(*, ours: PipelineCostModel | None, threads: int, **_) -> Pipelin
     return ours.copy(threads=threads, update=True, update_mode="residual")
 
 
-def _xgb(*, threads: int, xgb_warmup: int, **_):
+def xgb_model(*, threads: int, xgb_warmup: int, **_):
     return ms.cost_model.XGBModel(num_tuning_cores=threads, num_warmup_samples=int(xgb_warmup))
 
 
-def _random(*, seed: int, **_):
+def random_model(*, seed: int, **_):
     return ms.cost_model.RandomModel(seed=seed)
 
 
-KINDS = {"ours": _ours, "ours_update": _ours_update, "ours_adapt": _ours_adapt, "xgb": _xgb, "random": _random}
+#: kind -> `_target_` (pipeline/core/components.py)
+KINDS = {"ours": "pipeline.tuning.kinds.ours_model", "ours_update": "pipeline.tuning.kinds.ours_update_model",
+         "ours_adapt": "pipeline.tuning.kinds.ours_adapt_model", "xgb": "pipeline.tuning.kinds.xgb_model",
+         "random": "pipeline.tuning.kinds.random_model"}
 
 
 #: MetaSchedule's MLPModel from scratch: its first update trains on its workloads less a test
@@ -102,14 +105,14 @@ def check_kinds(kinds: list[str]) -> list[str]:
     for kind in kinds:
         if kind == "mlp":
             raise TuneError(MLP_FROM_SCRATCH)
-        choose("tune.cost_models", KINDS, kind, TuneError)
+        target("tune.cost_models", KINDS, kind, TuneError)
     return kinds
 
 
 def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None = None, xgb_warmup: int = 100):
     """A fresh MetaSchedule cost model of `kind` for one tuning run."""
-    make = choose("tune.cost_models", KINDS, kind, TuneError)
-    return make(seed=int(seed), threads=int(threads), ours=ours, xgb_warmup=xgb_warmup)
+    return create_kind("tune.cost_models", KINDS, kind, error=TuneError, seed=int(seed), threads=int(threads),
+                       ours=ours, xgb_warmup=xgb_warmup)
 
 
 PRETRAINED = "pretrained:"  # tune.model_uri=pretrained:<release name or folder>

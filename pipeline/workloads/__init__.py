@@ -10,23 +10,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.core.registry import choose
-from pipeline.workloads import ops, relax, tenset, zoo
+from pipeline.core.components import create_kind
 from pipeline.workloads.base import Workload
 
 __all__ = ["SOURCES", "Workload", "args_of", "create", "flops_of", "load_workloads"]
 
-SOURCES = {"ops": ops.load, "zoo": zoo.load, "tenset": tenset.load, "relax": relax.load}
+#: kind -> `_target_` (pipeline/core/components.py)
+SOURCES = {"ops": "pipeline.workloads.ops.load", "zoo": "pipeline.workloads.zoo.load",
+           "tenset": "pipeline.workloads.tenset.load", "relax": "pipeline.workloads.relax.load"}
 
 
-def create(kind: str):
-    """The source `kind`: a function (dataset, target, *, seed, data) -> list[Workload]."""
-    return choose("dataset.source", SOURCES, kind)
+def create(kind: str, dataset, target, *, seed: int = 0, data: Path = Path("data")) -> list[Workload]:
+    """The workloads that the source `kind` loads for the `dataset` group's config."""
+    return create_kind("dataset.source", SOURCES, kind, dataset, target, seed=seed, data=data)
 
 
 def load_workloads(dataset, target, *, seed: int = 0, data: Path = Path("data")) -> list[Workload]:
     """The workloads of the `dataset` group's source."""
-    return create(str(dataset.source))(dataset, target, seed=seed, data=data)
+    return create(str(dataset.source), dataset, target, seed=seed, data=data)
 
 
 def args_of(mod) -> list:
