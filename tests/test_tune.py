@@ -373,6 +373,21 @@ def test_cost_model_kinds():
         tuning_kinds.check_kinds(["xgb", "mlp"])
 
 
+def test_ours_runs_are_named_by_the_settings_their_kind_reads():
+    """A setting a kind ignores leaves its runs' folder name alone, so it is not tuned again."""
+    from pipeline.tuning.kinds import settings_read
+
+    cm = dict(path=None, update=False, update_every=2, update_mode="auto", update_rounds=50, update_epochs=5)
+    more_trees = {**cm, "update_rounds": 200}
+    assert settings_read("ours", cm) == settings_read("ours", more_trees) == {"update": False}
+    assert settings_read("ours_adapt", cm) != settings_read("ours_adapt", more_trees)
+    assert settings_read("ours_update", cm) != settings_read("ours_update", more_trees)
+    # the correction is always residual trees: the refit mode and the MLP's epochs do not reach it
+    assert settings_read("ours_adapt", {**cm, "update_mode": "union", "update_epochs": 9}) == settings_read("ours_adapt", cm)
+    # `ours` refitting online is `ours_update`
+    assert settings_read("ours", {**cm, "update": True}) == {"update": True, **settings_read("ours_update", cm)}
+
+
 def test_comparison_loop_keeps_failures_as_rows(tmp_path):
     """The loop's bookkeeping, with a stand-in for what is tuned (real tuning: the tiny tune above)."""
     from pipeline.tuning.comparison import RunResult, Setup, compare

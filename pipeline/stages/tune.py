@@ -50,7 +50,7 @@ from pipeline.tuning.runs import SCHEDULERS
 
 log = logging.getLogger(__name__)
 
-#: tune options that concern only the pipeline's model (`ours` kinds): its runs' folders carry them
+#: tune options that concern only the pipeline's model (`ours` kinds), not MetaSchedule's own runs
 OURS_OPTIONS = ("model_uri", "require_held_out", "costmodel")
 TRIAL_COLUMNS = ["task", "index", "batch", "latency_s", "error", "elapsed_s", "cost_model", "seed"]
 
@@ -107,9 +107,11 @@ def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
     settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", *OURS_OPTIONS)}
     info = p.ours.info if p.ours is not None else {}
     key = _digest([settings, str(target), [x.name for x in p.tasks]])
-    model_tag = _digest([str(p.ours_uri), str(info.get("run_id")), str(info.get("version")),
-                         {k: options.get(k) for k in OURS_OPTIONS}])[:8]
-    p.labels = {k: f"{k}-{model_tag}" for k in tuning_kinds.OURS} if p.ours is not None else {}
+    # an `ours` kind's runs are named by the model and the settings that kind reads, so a
+    # setting one kind ignores (the correction's size, for the frozen model) does not tune it again
+    model = [str(p.ours_uri), str(info.get("run_id")), str(info.get("version"))]
+    p.labels = {k: f"{k}-{_digest([*model, tuning_kinds.settings_read(k, options['costmodel'])])[:8]}"
+                for k in tuning_kinds.OURS} if p.ours is not None else {}
     p.results = Path(str(t.results)) / ws.name / key if t.get("results") else None
     p.work = ws.root / "tune" / key
     return p

@@ -109,6 +109,20 @@ def check_kinds(kinds: list[str]) -> list[str]:
     return kinds
 
 
+#: the `tune.costmodel` settings an `ours` kind reads besides `update` (`ours` reads these of
+#: `ours_update` only when it refits, `update=true`)
+SETTINGS_READ = {"ours_update": ("update_every", "update_mode", "update_rounds", "update_epochs"),
+                 "ours_adapt": ("update_every", "update_rounds")}
+
+
+def settings_read(kind: str, costmodel: dict) -> dict:
+    """The part of `tune.costmodel` that decides what a run of the `ours` kind `kind` does."""
+    if kind == "ours":
+        return {"update": bool(costmodel["update"]),
+                **(settings_read("ours_update", costmodel) if costmodel["update"] else {})}
+    return {k: costmodel[k] for k in SETTINGS_READ[kind]}
+
+
 def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None = None, xgb_warmup: int = 100):
     """A fresh MetaSchedule cost model of `kind` for one tuning run."""
     return create_kind("tune.cost_models", KINDS, kind, error=TuneError, seed=int(seed), threads=int(threads),
