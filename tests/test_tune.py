@@ -121,8 +121,22 @@ def test_network_tune_with_held_out_model(trained_store):
     name = f"{root.name}-heldout"  # named through config, as the documented command does
     run_stage("train", [*over, "model=lgbm", "features=static", f"mlflow.registered_model={name}"])
     uri = f"models:/{name}@best-static"
-    out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}"])
+    kept = root / "kept_runs"
+    out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}", f"tune.results={kept}"])
     assert out["tasks"] == 2 and out["runs"] == 6 and out["failed_runs"] == 0 and "note" not in out
+    # each kept run has its MetaSchedule database beside its result.json: the schedules it measured
+    import json
+
+    from pipeline.tuning.comparison import open_database
+
+    results = sorted(kept.rglob("result.json"))
+    assert len(results) == 6
+    for result in results:
+        trials = [t for t in json.loads(result.read_text())["trials"] if t["error"] is None]
+        records = open_database(result.parent, root / "scratch" / result.parent.name).get_all_tuning_records()
+        assert len(records) == len(trials) == 4  # 2 tasks x 2 trials
+        best = min(float(np.mean([float(x) for x in r.run_secs])) for r in records)
+        assert best == pytest.approx(min(t["latency_s"] for t in trials))
     assert out["trials"] == 2 * 2 * 3 * 2  # trials x tasks x cost models x seeds: the same for each
     reports = root / "reports"
     md = (reports / "tune-bert_encoder.md").read_text()

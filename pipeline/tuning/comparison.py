@@ -12,6 +12,7 @@ tuned. On a cluster the runs go out as jobs (pipeline/tuning/remote.py).
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -176,6 +177,36 @@ def _save_run(path: Path, run: dict) -> None:
     atomic_write_bytes(path, json.dumps(run, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
 
 
+#: a run's MetaSchedule database (its work folder's JSONDatabase), kept gzipped beside its
+#: result.json in the results folder: the schedules a run measured outlive the machine, as
+#: training data for later models (about 50 KB for 640 records)
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def keep_database(work: Path, results: Path) -> list[Path]:
+    """The database files of the run in `work`, gzipped into `results`; returns those written."""
+    kept = []
+    for name in DATABASE_FILES:
+        if (work / name).exists():
+            kept.append(results / f"{name}.gz")
+            atomic_write_bytes(kept[-1], gzip.compress((work / name).read_bytes(), mtime=0))
+    return kept
+
+
+def open_database(results: Path, scratch: Path):
+    """The MetaSchedule JSONDatabase of a run kept by `keep_database`, unpacked into `scratch`."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in DATABASE_FILES:
+        packed = results / f"{name}.gz"
+        if not packed.exists():
+            raise FileNotFoundError(f"{packed}: no kept database for this run (runs kept before databases were "
+                                    f"kept have their result.json only)")
+        paths.append(scratch / name)
+        paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
+    return ms.database.JSONDatabase(str(paths[0]), str(paths[1]))
+
+
 def _error_text(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500]
@@ -283,6 +314,7 @@ class _Collected:
             folder = self.setup.folder(row["task"], row["cost_model"], row["seed"])
             _save_run(self.setup.work / folder / "result.json", done)
             if self.setup.results is not None:
+                keep_database(self.setup.work / folder, self.setup.results / folder)
                 _save_run(self.setup.results / folder / "result.json", done)
             if self.on_finished is not None:
                 self.on_finished(done)

@@ -14,14 +14,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from pipeline.tuning.comparison import Setup, cost_models, make_setup, tune_one, warm_up_for
+from pipeline.tuning.comparison import DATABASE_FILES, Setup, cost_models, make_setup, tune_one, warm_up_for
 from pipeline.tuning.cost_model import PipelineCostModel
 
 log = logging.getLogger(__name__)
-
-
-#: the files of a run's MetaSchedule work folder that come back from a cluster node (its JSON database)
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
 #: the job that times a network without tuning records
