@@ -59,8 +59,9 @@ class Setup:
     # a kind's folder name where it is not the kind (the pipeline's model: kind and model, so
     # that the runs of MetaSchedule's own models are reused whichever model `ours` is)
     labels: dict = field(default_factory=dict)
-    # a second home for each finished run's result.json (<results>/<run folder>/result.json),
-    # which a repository can keep: a run found there is not tuned again
+    # a second home for each finished run's result.json (<results>/<run folder>/result.json)
+    # and its database (keep_database), which a repository can keep: a run found there is not
+    # tuned again
     results: Path | None = None
 
     def folder(self, name: str, kind: str, seed: int) -> str:
