@@ -3,6 +3,7 @@ model, online update, seeds and end-to-end latency), and the report's arithmetic
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -125,8 +126,6 @@ def test_network_tune_with_held_out_model(trained_store):
     out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}", f"tune.results={kept}"])
     assert out["tasks"] == 2 and out["runs"] == 6 and out["failed_runs"] == 0 and "note" not in out
     # each kept run has its MetaSchedule database beside its result.json: the schedules it measured
-    import json
-
     from pipeline.tuning.comparison import open_database
 
     results = sorted(kept.rglob("result.json"))
@@ -533,7 +532,6 @@ def test_ctrl_c_during_tune_exits_130_keeps_finished_runs_and_never_the_one_in_p
     tunes: exit code 130 with one line and no traceback; the first run's result is kept, the
     run in progress is not saved (its runner workers died with the Ctrl-C), and the same
     command then reuses the first run and tunes the others."""
-    import json
     import time
 
     from conftest import ctrl_c, pipeline_in_a_terminal

@@ -184,14 +184,11 @@ def _save_run(path: Path, run: dict) -> None:
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
-def keep_database(work: Path, results: Path) -> list[Path]:
-    """The database files of the run in `work`, gzipped into `results`; returns those written."""
-    kept = []
+def keep_database(work: Path, results: Path) -> None:
+    """The database files of the run in `work`, gzipped into `results`."""
     for name in DATABASE_FILES:
         if (work / name).exists():
-            kept.append(results / f"{name}.gz")
-            atomic_write_bytes(kept[-1], gzip.compress((work / name).read_bytes(), mtime=0))
-    return kept
+            atomic_write_bytes(results / f"{name}.gz", gzip.compress((work / name).read_bytes(), mtime=0))
 
 
 def open_database(results: Path, scratch: Path):
