@@ -84,7 +84,9 @@ def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: 
     held-out networks)."""
     mlflow.set_tracking_uri(store.uri)
     origin = R.workspace_release(ws.root) or {}
-    training = origin.get("name") or ws.name
+    # a workspace grown by kept tuning runs names them: its models are not the release's alone
+    grown = R.workspace_tuning_networks(ws.root)
+    training = (origin.get("name") or ws.name) + (f"-tuning-{'-'.join(grown)}" if grown else "")
     runs = tracking.workspace_runs(store)
     names = []
     for uri in uris:
@@ -102,7 +104,8 @@ def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: 
         release = R.check_name(name if name and len(uris) == 1 else
                                model_release_name(training, model, features, heldout))
         info = {"model": model, "features": features, "target_kind": tags.get("target_kind", "cpu"),
-                "training_release": training, "training_workspace_id": tags.get("workspace_id"),
+                "training_release": origin.get("name") or ws.name, "tuning_networks": grown,
+                "training_workspace_id": tags.get("workspace_id"),
                 "split": split.get("kind"), "seed": split.get("seed"),
                 "test_networks": split.get("test_networks") or [], "test_tasks": split.get("test_tasks") or [],
                 "trained_tasks": sorted(set(ws.read("tasks", columns=["task_id"])["task_id"])

@@ -49,6 +49,31 @@ class Split:
         return self.kind, self.heldout, int(self.seed)
 
 
+def training_only(split: Split, rows: np.ndarray, *, task_ids: np.ndarray | None = None,
+                  per_task: int | None = None) -> Split:
+    """The split with the records at `rows` (bool mask) kept out of the validation and test
+    parts: records that may be trained on but must not judge a model (a tuning run's
+    imported measurements, timed unlike the harness's labels every score is read on).
+    `per_task` keeps at most that many of them per task (of `task_ids`) in the training part,
+    drawn with the split's seed: a task that tuning runs measured thousands of times would
+    otherwise outweigh every other task in the ranking loss."""
+    rows = np.asarray(rows, dtype=bool)
+    if not rows.any():
+        return split
+    val, test, train = split.val[~rows[split.val]], split.test[~rows[split.test]], split.train
+    info = {**split.info, "training_only": int(rows.sum()),
+            "training_only_dropped": int(len(split.val) - len(val) + len(split.test) - len(test))}
+    if per_task is not None:
+        rng = np.random.default_rng(split.seed)
+        extra = train[rows[train]]
+        kept = [r[rng.permutation(len(r))[:int(per_task)]] for r in
+                (extra[task_ids[extra] == t] for t in sorted(set(task_ids[extra].tolist())))]
+        train = np.sort(np.concatenate([train[~rows[train]], *kept]))
+        info["training_only_per_task"] = int(per_task)
+    info["training_only_trained"] = int(rows[train].sum())
+    return Split(split.kind, split.seed, train, val, test, info)
+
+
 def _count(n: int, fraction: float) -> int:
     return int(round(n * fraction))
 

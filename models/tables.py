@@ -63,7 +63,12 @@ class TrainingTable:
 
     @property
     def task_codes(self) -> np.ndarray:
-        return pd.factorize(self.frame["task_id"], sort=True)[0]
+        """The ranking group of each record: its task, split by machine and timer where the
+        table holds several (their latencies are not compared: see LABEL_GROUP)."""
+        keys = [k for k in LABEL_GROUP if k in self.frame.columns]
+        if keys == ["task_id"] or self.frame[keys[1:]].nunique(dropna=False).max() <= 1:
+            return pd.factorize(self.frame["task_id"], sort=True)[0]
+        return self.frame.groupby(keys, sort=True, dropna=False).ngroup().to_numpy()
 
     def take(self, rows: np.ndarray) -> "TrainingTable":
         """The records at positions `rows` (stores re-packed to match)."""
@@ -104,6 +109,11 @@ def gather_segments(offsets: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, 
 class MixedHardwareError(WorkspaceError):
     """Measurements of one workspace come from several machines and mixing was not asked for."""
 
+
+# A measurement's `timer` when the kernel harness took it (the column is null there).
+HARNESS = "harness"
+# The records whose latencies a label compares: one task, timed on one machine by one timer.
+LABEL_GROUP = ["task_id", "hardware", "timer"]
 
 # What a row measured before hardware identity was recorded counts as.
 UNRECORDED = "unrecorded (measured before the hardware was recorded)"
@@ -157,13 +167,14 @@ def successful_measurements(ws: Workspace, *, allow_mixed_hardware: bool = False
 
 
 def labelled_records(ws: Workspace, *, allow_mixed_hardware: bool = False) -> pd.DataFrame:
-    """record_id, task_id, name, network, group, weight, mean_s, label, hardware for every
-    good record. Labels are per task, and per machine where several are allowed."""
+    """record_id, task_id, name, network, group, weight, mean_s, label, hardware, timer for
+    every good record. Labels are per task and timer (the harness's or an imported tuning
+    run's), and per machine where several are allowed."""
     tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS)
     meas = successful_measurements(ws, allow_mixed_hardware=allow_mixed_hardware)
-    meas = meas[["record_id", "task_id", "mean_s", "hardware"]]
-    meas = meas.assign(mean_s=meas["mean_s"].astype(np.float64))
-    meas["label"] = meas.groupby(["task_id", "hardware"])["mean_s"].transform("min") / meas["mean_s"]
+    meas = meas[["record_id", "task_id", "mean_s", "hardware", "timer"]]
+    meas = meas.assign(mean_s=meas["mean_s"].astype(np.float64), timer=meas["timer"].fillna(HARNESS).astype(str))
+    meas["label"] = meas.groupby(LABEL_GROUP)["mean_s"].transform("min") / meas["mean_s"]
     t = tasks[["task_id", "name", "network", "weight"]].copy()
     t["network"] = t["network"].fillna("")
     t["weight"] = t["weight"].fillna(1).astype(np.int64)

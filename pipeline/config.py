@@ -79,8 +79,12 @@ def _release_name(release) -> str:
     return Path(str(release)).name if release not in (None, "", "None") else "release"
 
 
-def _release_workspace(release, labels) -> str:
-    return _release_name(release) + ("" if labels in (True, "true", "True") else "-relabel")
+def _release_workspace(release, labels, tuning_networks=None) -> str:
+    """dataset=release's workspace: the release's name, `-relabel` without its labels,
+    `+tuning-<networks>` with the kept tuning runs of those networks imported."""
+    name = _release_name(release) + ("" if labels in (True, "true", "True") else "-relabel")
+    networks = sorted(str(n) for n in (tuning_networks or []))
+    return name + (f"+tuning-{'-'.join(networks)}" if networks else "")
 
 
 OmegaConf.register_new_resolver("release_name", _release_name, replace=True)

@@ -25,7 +25,7 @@ import shutil
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -327,14 +327,16 @@ def pack_model(model_dir: Path, dest: Path, *, info: dict, card, force: bool = F
 # ---------------------------------------------------------------------- a workspace from a release
 
 
-def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes | None = None) -> dict:
+def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes | None = None,
+           then: Callable[[Workspace], dict] | None = None) -> dict:
     """Make the workspace folder `root` from a verified release: its tables as part files
     (device-partitioned ones under `device=<d>/`), its MetaSchedule database and
     `release.json` (the manifest it came from). `labels=False` leaves out what was measured
     on the release's hardware (LABEL_TABLES), so that stage=replay and stage=measure label
     the same programs for this machine; the records then carry no run times.
-    `selection` replaces the task table's recorded dataset selection. Written whole or not
-    at all; returns the rows per table."""
+    `selection` replaces the task table's recorded dataset selection; `then` adds to the
+    workspace before it goes into place (kept tuning runs: pipeline/tuning/imported.py), its
+    counts joining the result. Written whole or not at all; returns the rows per table."""
     manifest = verify(release, kind="dataset")
     if visible_entries(root):
         raise ReleaseError(f"{root} exists and is not empty: a workspace is made from a release only into a new "
@@ -368,6 +370,8 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
         atomic_write_bytes(tmp / "release.json", json.dumps(
             {k: v for k, v in manifest.items() if k != "files"} | {"path": str(release), "labels": labels},
             indent=2, default=str).encode())
+        if then is not None:
+            rows.update(then(ws))
         # Into place entry by entry (the folder may hold the stage's lock), the task table last:
         # a workspace without it is not made yet, whatever stopped the moves.
         root.mkdir(parents=True, exist_ok=True)
@@ -395,6 +399,17 @@ def workspace_release(root: Path) -> dict | None:
         return json.loads((Path(root) / "release.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+# The kept tuning runs imported into a workspace made from a release (pipeline/tuning/imported.py):
+# their networks, run folders and counts.
+TUNING_RUNS = "tuning_runs.json"
+
+
+def workspace_tuning_networks(root: Path) -> list[str]:
+    """The networks whose kept tuning runs joined a workspace ([] for none)."""
+    path = Path(root) / TUNING_RUNS
+    return list(json.loads(path.read_text())["networks"]) if path.exists() else []
 
 
 # ---------------------------------------------------------------------- cards
@@ -511,7 +526,9 @@ def model_card(m: dict) -> str:
     lines = [
         f"# {m['name']}", "",
         f"A `{m['model']}` cost model on `{m['features']}` features for target kind `{m['target_kind']}`, trained "
-        f"on release `{m.get('training_release')}` (hardware: {m.get('hardware')}).", "",
+        f"on release `{m.get('training_release')}` (hardware: {m.get('hardware')})"
+        + (f" and the schedules measured by its kept tuning runs of {', '.join(m['tuning_networks'])} (training "
+           f"records only: `dataset.tuning_networks`)" if m.get("tuning_networks") else "") + ".", "",
         (f"- split: `{m.get('split')}`; held-out networks: {', '.join(m.get('test_networks') or []) or 'none'} "
          f"({len(m.get('test_tasks') or [])} held-out tasks, never trained on)") if m.get("test_tasks") else
         f"- split: `{m.get('split')}`: trained on every task of the release (a share of each task's records held "

@@ -103,6 +103,10 @@ MEASUREMENTS = _schema(
         pa.field("load_avg", pa.float64()),  # the host's 1-minute load average when the timing ended
         pa.field("rounds", pa.int64()),  # interleaved rounds (measure.rounds); the row is the best round's
         pa.field("round_means_s", pa.list_(pa.float64())),  # every round's mean, in round order
+        # What timed the kernel: null = the kernel harness (stage=measure); "tuning" = MetaSchedule's
+        # runner inside a tuning run, imported with its record (pipeline/tuning/imported.py). Labels
+        # compare a record only with records of its task timed the same way.
+        pa.field("timer", pa.string()),
     ],
 )
 

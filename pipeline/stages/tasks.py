@@ -66,6 +66,23 @@ def release_folder(cfg) -> Path:
     return R.find(cfg.dataset.release, R.search_path(Path(str(cfg.paths.releases))))
 
 
+def kept_runs_importer(cfg):
+    """What adds the kept tuning runs of `dataset.tuning_networks` to the workspace being made
+    (pipeline/tuning/imported.py), or None when it names none."""
+    networks = [str(n) for n in cfg.dataset.get("tuning_networks") or []]
+    if not networks:
+        return None
+    if not bool(cfg.dataset.labels):
+        raise R.ReleaseError("dataset.tuning_networks joins measured schedules to the release's labels: it needs "
+                             "dataset.labels=true")
+    # TVM and the feature extractor: imported when runs are imported, not for every release
+    from pipeline.tuning import imported
+
+    runs = imported.kept_runs(Path(str(cfg.dataset.tuning_results)) / str(cfg.dataset.name), networks)
+    log.info("importing %d kept tuning runs of %s", len(runs), ", ".join(networks))
+    return lambda ws: {f"tuning_{k}": v for k, v in imported.import_runs(ws, runs).items()}
+
+
 def from_release(cfg) -> dict:
     folder = release_folder(cfg)
     manifest = R.verify(folder, kind="dataset")  # before anything is written
@@ -90,8 +107,9 @@ def from_release(cfg) -> dict:
         old.mkdir()
         for entry in moved:
             os.replace(entry, old / entry.name)
+    grow = kept_runs_importer(cfg)
     try:
-        rows = R.unpack(folder, ws.root, labels=bool(cfg.dataset.labels), selection=selection)
+        rows = R.unpack(folder, ws.root, labels=bool(cfg.dataset.labels), selection=selection, then=grow)
     except BaseException:
         for entry in moved:
             if not (ws.root / entry.name).exists():
@@ -101,7 +119,8 @@ def from_release(cfg) -> dict:
         shutil.rmtree(old, ignore_errors=True)
     log.info("made %s from release %s (%s)", ws.root, manifest["name"], folder)
     return {"tasks": rows.get("tasks", 0), "records": rows.get("candidates", 0),
-            "measured": rows.get("measurements", 0), "release": manifest["name"]}
+            "measured": rows.get("measurements", 0), "release": manifest["name"],
+            **{k: v for k, v in rows.items() if k.startswith("tuning_")}}
 
 
 def run(cfg) -> dict:

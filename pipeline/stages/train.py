@@ -23,8 +23,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from models import registry, tracking
 from models.metrics import evaluate
-from models.splits import Split, make_split
-from models.tables import FEATURE_SETS, FeatureSetError, build_table, labelled_records, memberships
+from models.splits import Split, make_split, training_only
+from models.tables import FEATURE_SETS, HARNESS, FeatureSetError, build_table, labelled_records, memberships
 from pipeline.core import locks
 from pipeline.core.workspace import WorkspaceError
 from pipeline.options import tracking_store, workspace_of
@@ -145,6 +145,9 @@ def _train(cfg, ws, store: tracking.Store, models: list[dict], feature_sets: lis
                            val_fraction=float(s.val_fraction),
                            test_networks=list(s.test_networks) if s.get("test_networks") else None,
                            members=members, val_unit=str(s.get("val_unit") or "tasks"))
+    per_task = cfg.train.get("imported_per_task")
+    split_all = training_only(split_all, (records["timer"] != HARNESS).to_numpy(),
+                              task_ids=records["task_id"].to_numpy(), per_task=None if per_task is None else int(per_task))
     log.info("split=%s seed=%d: %s %s", split_all.kind, split_all.seed, split_all.sizes(), split_all.info)
     part_of = {}
     for k in ("train", "val", "test"):

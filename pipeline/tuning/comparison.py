@@ -182,6 +182,7 @@ def _save_run(path: Path, run: dict) -> None:
 #: result.json in the results folder: the schedules a run measured outlive the machine, as
 #: training data for later models (about 50 KB for 640 records)
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+RESULT_FILE = "result.json"  # a finished run: its row, trials and end-to-end latency
 
 
 def keep_database(work: Path, results: Path) -> None:
@@ -244,8 +245,8 @@ def pending(items: list, kinds: list[str], seeds: list[int], setup: Setup, reuse
     todo, earlier = [], []
     for item, seed, kind in [(item, seed, kind) for item in items for seed in seeds for kind in kinds]:
         work_dir = setup.work / setup.folder(item.name, kind, seed)
-        saved = work_dir / "result.json"
-        kept = setup.results / setup.folder(item.name, kind, seed) / "result.json" if setup.results else None
+        saved = work_dir / RESULT_FILE
+        kept = setup.results / setup.folder(item.name, kind, seed) / RESULT_FILE if setup.results else None
         if reuse and not saved.is_file() and kept is not None and kept.is_file():
             saved = kept
         if reuse and saved.is_file():
@@ -310,10 +311,10 @@ class _Collected:
         row = done["row"]
         if row["error"] is None:
             folder = self.setup.folder(row["task"], row["cost_model"], row["seed"])
-            _save_run(self.setup.work / folder / "result.json", done)
+            _save_run(self.setup.work / folder / RESULT_FILE, done)
             if self.setup.results is not None:
                 keep_database(self.setup.work / folder, self.setup.results / folder)
-                _save_run(self.setup.results / folder / "result.json", done)
+                _save_run(self.setup.results / folder / RESULT_FILE, done)
             if self.on_finished is not None:
                 self.on_finished(done)
 

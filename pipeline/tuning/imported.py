@@ -1,0 +1,150 @@
+"""The measured schedules of kept tuning runs, as training records of a workspace.
+
+A tuning run kept in `tune.results` keeps its MetaSchedule database (comparison.keep_database):
+every schedule it measured, on the region of the search space a tuner visits. `import_runs`
+turns the runs of chosen networks into rows of a workspace made from the release they were
+tuned on: a candidate (strategy `tuning:<cost model>`), a measurement (`timer="tuning"`: the
+runner's run times, compared only with other such rows of the task, never with the harness's
+labels) and the static features of each new schedule. Training reads them as training
+records only (models/splits.py `training_only`): every score stays on the harness's labels.
+A schedule the workspace already holds keeps its harness label; one measured by several runs
+comes in once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import statistics
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from features import static
+from pipeline.compute.progress import progress
+from pipeline.core import database as D
+from pipeline.core import identity
+from pipeline.core import release as R
+from pipeline.core.workspace import Workspace, WorkspaceError, write_json
+from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE
+
+log = logging.getLogger(__name__)
+
+TIMER = "tuning"  # measurements.timer of an imported record
+STRATEGY_PREFIX = "tuning:"
+FAILED = "the tuning run's runner gave no run time (build or run failure)"
+
+
+class KeptRunError(WorkspaceError):
+    """Kept tuning runs that cannot become records of this workspace."""
+
+
+def kept_runs(results: Path, networks: list[str]) -> list[Path]:
+    """The run folders under `results` (<results>/<settings>/<network>/<run>/) of `networks`
+    that kept their database, in path order."""
+    runs = []
+    for network in networks:
+        found = sorted(p.parent for p in Path(results).glob(f"*/{network}/*/{DATABASE_FILES[1]}.gz"))
+        if not found:
+            raise KeptRunError(
+                f"no kept tuning run of network {network!r} under {results}: tune it with tune.results set "
+                f"(budget=transfer keeps runs in data/tuning), or leave it out of dataset.tuning_networks")
+        runs += found
+    return runs
+
+
+def _run_kind(run: Path) -> str:
+    try:
+        return str(json.loads((run / RESULT_FILE).read_text())["row"]["cost_model"])
+    except (OSError, ValueError, KeyError) as e:
+        raise KeptRunError(f"{run / RESULT_FILE}: unreadable ({e}); a kept run writes it after its database") from e
+
+
+def _host(ws: Workspace) -> dict:
+    """The machine the workspace's harness labels come from: the kept runs were tuned on the
+    release's target on the same kind of machine (tune.results is kept per workspace)."""
+    meas = ws.read("measurements", require=True, columns=["hardware", "cpu_model", "cpu_count", "gpu_name",
+                                                           "gpu_driver", "timer"])
+    meas = meas[meas["timer"].isna() & meas["hardware"].notna()]
+    hosts = meas.drop(columns=["timer"]).drop_duplicates()
+    if len(hosts) != 1:
+        raise KeptRunError(f"{ws.measurements}: tuning runs join a workspace whose labels come from one machine; "
+                           f"this one has {len(hosts)}")
+    return {k: (None if pd.isna(v) else v) for k, v in hosts.iloc[0].to_dict().items()}
+
+
+def _measurement(rid: str, tid: str, run_secs: list | None, host: dict) -> dict:
+    secs = [float(s) for s in (run_secs or [])]
+    row = dict(record_id=rid, task_id=tid, device="cpu", run_secs=secs, repeats=len(secs), checked=False,
+               timer=TIMER, **host)
+    if not secs or any(s >= D.FAILED_RUN_SECS for s in secs):
+        return {**row, "error": FAILED}
+    return {**row, "mean_s": statistics.fmean(secs), "median_s": statistics.median(secs),
+            "std_s": statistics.pstdev(secs), "min_s": min(secs), "error": None}
+
+
+def import_runs(ws: Workspace, runs: list[Path]) -> dict:
+    """Every schedule the kept `runs` measured, as rows of `ws` (see the module docstring);
+    returns counts."""
+    tasks = ws.read("tasks", require=True).set_index("task_id")
+    workloads = D.read_workload_lines(ws)
+    host = _host(ws)
+    known = set(ws.read("candidates", columns=["record_id"])["record_id"])
+    counts = {"runs": len(runs), "schedules": 0, "imported": 0, "already_held": 0, "failed": 0,
+              "other_tasks": 0}
+    by_task: dict[str, list] = {}
+    task_of: dict[str, str] = {}  # a workload's structural hash in a kept database -> task id
+    for run in runs:
+        kind = _run_kind(run)
+        with tempfile.TemporaryDirectory(prefix="kept-run-") as tmp:
+            files = []
+            for name in DATABASE_FILES:
+                files.append(Path(tmp) / name)
+                files[-1].write_bytes(gzip.decompress((run / f"{name}.gz").read_bytes()))
+            lines = [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()]
+            records, bad = D.read_record_lines([files[1]])
+        if bad:
+            raise KeptRunError(f"{run}: its kept database has {len(bad)} unreadable records, e.g. {bad[0]}")
+        for r in records:
+            key = lines[r.workload_index][0]
+            if key not in task_of:
+                task_of[key] = identity.task_id(D.load_workload_mod(lines[r.workload_index]))
+            tid = task_of[key]
+            counts["schedules"] += 1
+            if tid not in tasks.index:
+                counts["other_tasks"] += 1
+                continue
+            rid = r.record_id(tid)
+            if rid in known:
+                counts["already_held"] += 1
+                continue
+            known.add(rid)
+            by_task.setdefault(tid, []).append((rid, r, kind))
+    if counts["other_tasks"]:
+        log.warning("%d schedules of the kept runs belong to tasks %s does not hold: left out",
+                    counts["other_tasks"], ws.root)
+    bar = progress(total=sum(len(v) for v in by_task.values()), desc="import tuning runs", unit="record")
+    with ws.sink() as write:
+        for tid, items in sorted(by_task.items()):
+            index = int(tasks.loc[tid, "workload_index"])
+            cands = [dict(record_id=rid, task_id=tid, strategy=f"{STRATEGY_PREFIX}{kind}", trace_json=r.trace_text,
+                          error=None) for rid, r, kind in items]
+            meas = [_measurement(rid, tid, r.run_secs, host) for rid, r, _ in items]
+            feats = static.task_rows(workloads[index], json.loads(tasks.loc[tid, "target"]),
+                                     [(c["record_id"], tid, c["trace_json"], None) for c in cands])
+            write("candidates", cands)
+            write("measurements", meas)
+            for name in ("static", "static_stores"):
+                write(name, feats[name])
+            D.append_records(ws.db_tuning_record, [
+                D.RecordLine(index, r.trace, r.run_secs, r.target, r.args_info, None, None) for _, r, _ in items])
+            counts["imported"] += len(items)
+            counts["failed"] += sum(1 for m in meas if m["error"])
+            bar.update(len(items))
+    bar.close()
+    write_json(ws.root / R.TUNING_RUNS, {"networks": sorted({run.parent.name for run in runs}),
+                                     "runs": [str(Path(*run.parts[-3:])) for run in runs], "counts": counts})
+    return counts
+
