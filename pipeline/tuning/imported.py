@@ -65,7 +65,7 @@ def _run_kind(run: Path) -> str:
 def _host(ws: Workspace) -> dict:
     """The machine the workspace's harness labels come from: the kept runs were tuned on the
     release's target on the same kind of machine (tune.results is kept per workspace)."""
-    meas = ws.read("measurements", require=True, columns=["hardware", "cpu_model", "cpu_count", "gpu_name",
+    meas = ws.read("measurements", require=True, columns=["device", "hardware", "cpu_model", "cpu_count", "gpu_name",
                                                            "gpu_driver", "timer"])
     meas = meas[meas["timer"].isna() & meas["hardware"].notna()]
     hosts = meas.drop(columns=["timer"]).drop_duplicates()
@@ -77,8 +77,7 @@ def _host(ws: Workspace) -> dict:
 
 def _measurement(rid: str, tid: str, run_secs: list | None, host: dict) -> dict:
     secs = [float(s) for s in (run_secs or [])]
-    row = dict(record_id=rid, task_id=tid, device="cpu", run_secs=secs, repeats=len(secs), checked=False,
-               timer=TIMER, **host)
+    row = dict(record_id=rid, task_id=tid, run_secs=secs, repeats=len(secs), checked=False, timer=TIMER, **host)
     if not secs or any(s >= D.FAILED_RUN_SECS for s in secs):
         return {**row, "error": FAILED}
     return {**row, "mean_s": statistics.fmean(secs), "median_s": statistics.median(secs),
