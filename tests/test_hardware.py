@@ -78,7 +78,7 @@ def test_rows_from_before_hardware_was_recorded_read_as_null(measured_workspace,
     counts as one machine; a new machine's rows beside it are refused."""
     root, over = copy_workspace(*measured_workspace, tmp_path, "runner", "measurements")
     ws = Workspace(root)
-    new = [f.name for f in S.HOST] + ["cache_flush", "load_avg", "rounds", "round_means_s"]
+    new = [f.name for f in S.HOST] + ["cache_flush", "load_avg", "rounds", "round_means_s", "timer"]
     old_schema = pa.schema([f for f in S.MEASUREMENTS if f.name not in new], metadata=S.MEASUREMENTS.metadata)
     rows = Workspace(measured_workspace[0]).read("measurements")
     write_part(rows.drop(columns=new), old_schema, ws.measurements)
