@@ -49,12 +49,12 @@ class Split:
         return self.kind, self.heldout, int(self.seed)
 
 
-def training_only(split: Split, rows: np.ndarray, *, task_ids: np.ndarray | None = None,
+def training_only(split: Split, rows: np.ndarray, task_ids: np.ndarray, *,
                   per_task: int | None = None) -> Split:
     """The split with the records at `rows` (bool mask) kept out of the validation and test
     parts: records that may be trained on but must not judge a model (a tuning run's
     imported measurements, timed unlike the harness's labels every score is read on).
-    `per_task` keeps at most that many of them per task (of `task_ids`) in the training part,
+    `per_task` keeps at most that many of them per task (`task_ids`, one per record) in the training part,
     drawn with the split's seed: a task that tuning runs measured thousands of times would
     otherwise outweigh every other task in the ranking loss."""
     rows = np.asarray(rows, dtype=bool)

@@ -86,10 +86,13 @@ def test_imported_records_are_trained_on_and_never_scored(grown):
     tuned = (recs["timer"] != HARNESS).to_numpy()
     for network in ("resnet18", NETWORK):  # seed 0 validates on the BERT encoder in both
         split = training_only(make_split(recs, "by_network", seed=0, test_networks=[network],
-                                         members=memberships(ws), val_unit="network"), tuned)
+                                         members=memberships(ws), val_unit="network"),
+                              tuned, recs["task_id"].to_numpy(), per_task=2)
         assert not tuned[split.val].any() and not tuned[split.test].any()
         assert tuned[split.train].any() == (network != NETWORK)  # a held-out network's runs are never trained on
         assert split.info["training_only"] == tuned.sum()
+        _, per_task = np.unique(recs["task_id"].to_numpy()[split.train[tuned[split.train]]], return_counts=True)
+        assert (per_task <= 2).all()  # the cap holds per task
 
 
 def test_a_network_without_kept_runs_is_refused_with_the_fix(tmp_path):

@@ -146,8 +146,8 @@ def _train(cfg, ws, store: tracking.Store, models: list[dict], feature_sets: lis
                            test_networks=list(s.test_networks) if s.get("test_networks") else None,
                            members=members, val_unit=str(s.get("val_unit") or "tasks"))
     per_task = cfg.train.get("imported_per_task")
-    split_all = training_only(split_all, (records["timer"] != HARNESS).to_numpy(),
-                              task_ids=records["task_id"].to_numpy(), per_task=None if per_task is None else int(per_task))
+    split_all = training_only(split_all, (records["timer"] != HARNESS).to_numpy(), records["task_id"].to_numpy(),
+                              per_task=None if per_task is None else int(per_task))
     log.info("split=%s seed=%d: %s %s", split_all.kind, split_all.seed, split_all.sizes(), split_all.info)
     part_of = {}
     for k in ("train", "val", "test"):
