@@ -43,6 +43,7 @@ from pipeline.tuning import TuneError
 from pipeline.tuning import comparison
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning import report as tuning_report
+from pipeline.tuning import session_replay
 from pipeline.tuning import tasks as tuning_tasks
 from pipeline.tuning.comparison import Network
 from pipeline.tuning.remote import Remote
@@ -104,7 +105,7 @@ def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
         log.warning("%s", p.caveat)
     options = OmegaConf.to_container(t, resolve=True)
     # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
-    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", *OURS_OPTIONS)}
+    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", "replay", *OURS_OPTIONS)}
     info = p.ours.info if p.ours is not None else {}
     key = _digest([settings, str(target), [x.name for x in p.tasks]])
     # an `ours` kind's runs are named by the model and the settings that kind reads, so a
@@ -160,6 +161,8 @@ def run(cfg) -> dict:
         if done["trials"]:
             write_part(stamped(pd.DataFrame(done["trials"])), S.TUNE_TRIALS, ws.root / "tune_trials")
 
+    if bool(t.replay.enabled):
+        return replay(cfg, ws, p)
     result = tune(cfg, p, finished)
     hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
     if len(hosts) > 1:
@@ -187,6 +190,47 @@ def run(cfg) -> dict:
               "ours_model": str(info.get("model") or ""), "ours_version": str(info.get("version") or ""),
               "comparison": "no: below xgb's warm-up" if p.caveat else "yes"})
     return _outcome(p, result, report, trials, network, run_id)
+
+
+def replay(cfg, ws: Workspace, p: Plan) -> dict:
+    """`tune.replay.enabled=true`: the kept runs of kind `tune.replay.runs_of` (one per seed) of
+    this comparison replayed through every kind of `tune.cost_models` (pipeline/tuning/session_replay.py)."""
+    t = cfg.tune
+    if p.results is None:
+        raise TuneError("tune.replay needs the kept runs of tune.results (budget=transfer sets it): set "
+                        "tune.results=<folder> to the folder the runs were kept in")
+    names = {identity.task_id(x.mod): x.name for x in p.tasks}
+    of = str(t.replay.runs_of)
+    folders = {f"{of}-s{seed}": p.results / comparison.run_folder(p.items[0].name, p.labels.get(of, of), int(seed))
+               for seed in t.seeds}
+    absent = [str(f) for f in folders.values() if not (f / comparison.RESULT_FILE).exists()]
+    if absent:
+        raise TuneError(f"tune.replay: no kept run at {', '.join(absent)}: tune them first (the same command "
+                        f"without tune.replay.enabled, tune.cost_models=[{of}]), or name other tune.seeds")
+    sessions = {name: session_replay.load_session(folder, names) for name, folder in folders.items()}
+    threads = int(cfg.jobs) or os.cpu_count() or 1
+    make = comparison.cost_models(ours=p.ours, threads=threads, xgb_warmup=int(t.xgb_warmup))
+    rows = session_replay.replay_runs(sessions, p.kinds, make, cuts=[int(c) for c in t.replay.cuts],
+                                      per_iter=int(t.per_iter))
+    table = session_replay.paired(rows, tuning_kinds.BASELINE)
+    folder = ws.root / "reports"
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = folder / f"tune-{p.items[0].name}_replay"
+    rows.to_csv(f"{prefix}.csv", index=False)
+    text = (f"# Replayed tuning runs: {ws.name}, {p.items[0].name}, the kept {of} runs of seeds {list(t.seeds)}\n\n"
+            + "".join(f"{n}\n\n" for n in p.notes)
+            + f"Each kind is fed each task's first `cut` measurements of a kept run ({t.per_iter} per task at a "
+              f"time, the tasks in turn) and ranks the ones the run measured after them. top1 = best / the "
+              f"latency of its first pick; best_of_{session_replay.PICKS} = best / the best of its first "
+              f"{session_replay.PICKS}; {tuning_kinds.BASELINE}_pick/this_pick = the latency of "
+              f"{tuning_kinds.BASELINE}'s first pick / this kind's, per (task, run), geometric mean, 90% bootstrap "
+              f"interval over the tasks. The candidates are the kept run's, not what each model would have "
+              f"made the search explore: a proxy for choosing settings, not a tuning comparison.\n\n"
+            + tuning_report.markdown(table.round(3)) + "\n")
+    Path(f"{prefix}.md").write_text(text)
+    print("\n" + text)
+    return {"runs": len(sessions), "tasks": len(p.tasks), "kinds": len(p.kinds), "rows": len(rows),
+            "report": f"{prefix}.md"}
 
 
 def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None, run_id: str) -> dict:

@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from pipeline.compute.builder import PersistentBuilder
 from pipeline.compute.progress import progress
+from pipeline.core.database import read_record_lines
 from pipeline.core.workspace import atomic_write_bytes
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
@@ -204,6 +206,25 @@ def open_database(results: Path, scratch: Path):
         paths.append(scratch / name)
         paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
     return ms.database.JSONDatabase(str(paths[0]), str(paths[1]))
+
+
+def kept_records(results: Path) -> tuple[list, list]:
+    """The workload lines and the record lines (in the order the run measured them) of a run
+    kept by `keep_database`; a damaged record line is refused with its file and line."""
+    with tempfile.TemporaryDirectory(prefix="kept-run-") as tmp:
+        paths = []
+        for name in DATABASE_FILES:
+            packed = results / f"{name}.gz"
+            if not packed.exists():
+                raise FileNotFoundError(f"{packed}: no kept database for this run (runs kept before databases "
+                                        f"were kept have their result.json only)")
+            paths.append(Path(tmp) / name)
+            paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
+        lines = [json.loads(x) for x in paths[0].read_text().splitlines() if x.strip()]
+        records, bad = read_record_lines([paths[1]])
+    if bad:
+        raise ValueError(f"{results}: its kept database has {len(bad)} unreadable records, e.g. {bad[0]}")
+    return lines, records
 
 
 def _error_text(e: BaseException) -> str:

@@ -13,11 +13,9 @@ comes in once.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import statistics
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -28,7 +26,7 @@ from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace, WorkspaceError, write_json
-from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE
+from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, kept_records
 
 log = logging.getLogger(__name__)
 
@@ -97,15 +95,10 @@ def import_runs(ws: Workspace, runs: list[Path]) -> dict:
     task_of: dict[str, str] = {}  # a workload's structural hash in a kept database -> task id
     for run in runs:
         kind = _run_kind(run)
-        with tempfile.TemporaryDirectory(prefix="kept-run-") as tmp:
-            files = []
-            for name in DATABASE_FILES:
-                files.append(Path(tmp) / name)
-                files[-1].write_bytes(gzip.decompress((run / f"{name}.gz").read_bytes()))
-            lines = [json.loads(x) for x in files[0].read_text().splitlines() if x.strip()]
-            records, bad = D.read_record_lines([files[1]])
-        if bad:
-            raise KeptRunError(f"{run}: its kept database has {len(bad)} unreadable records, e.g. {bad[0]}")
+        try:
+            lines, records = kept_records(run)
+        except (OSError, ValueError) as e:
+            raise KeptRunError(str(e)) from e
         for r in records:
             key = lines[r.workload_index][0]
             if key not in task_of:
