@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import ROOT
@@ -49,7 +50,7 @@ def test_scores_of_a_ranking():
     assert wrong[f"best_of_{session_replay.PICKS}"] == 1.0  # 4 schedules: the first 8 picks hold the best
 
 
-def test_every_kind_ranks_the_later_schedules_and_the_adapting_prior_learns(session):
+def test_every_kind_ranks_the_later_schedules_and_the_adapting_prior_learns(session, tmp_path):
     prior = PipelineCostModel.from_pretrained(PRIOR, update_rounds=50)
     make = comparison.cost_models(ours=prior, threads=2, xgb_warmup=100)
     rows = session_replay.replay_runs({"xgb-s0": session}, ["ours", "ours_adapt", "xgb", "random"], make,
@@ -66,6 +67,10 @@ def test_every_kind_ranks_the_later_schedules_and_the_adapting_prior_learns(sess
     others = table[table["cost_model"] != "xgb"]
     assert (others["interval_lo"] <= others["xgb_pick/this_pick"]).all()
     assert (others["xgb_pick/this_pick"] <= others["interval_hi"]).all()
+    text, path = session_replay.write_report(rows, tmp_path, prefix="tune-bert_encoder_replay", baseline="xgb",
+                                             heading="BERT", notes=["a note"], per_iter=16)
+    assert path.read_text() == text and "a note" in text and "| ours_adapt" in text
+    assert len(pd.read_csv(tmp_path / "tune-bert_encoder_replay.csv")) == len(rows)
 
 
 def test_a_run_of_other_tasks_is_refused_with_the_fix(names):

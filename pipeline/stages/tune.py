@@ -212,25 +212,13 @@ def replay(cfg, ws: Workspace, p: Plan) -> dict:
     make = comparison.cost_models(ours=p.ours, threads=threads, xgb_warmup=int(t.xgb_warmup))
     rows = session_replay.replay_runs(sessions, p.kinds, make, cuts=[int(c) for c in t.replay.cuts],
                                       per_iter=int(t.per_iter))
-    table = session_replay.paired(rows, tuning_kinds.BASELINE)
-    folder = ws.root / "reports"
-    folder.mkdir(parents=True, exist_ok=True)
-    prefix = folder / f"tune-{p.items[0].name}_replay"
-    rows.to_csv(f"{prefix}.csv", index=False)
-    text = (f"# Replayed tuning runs: {ws.name}, {p.items[0].name}, the kept {of} runs of seeds {list(t.seeds)}\n\n"
-            + "".join(f"{n}\n\n" for n in p.notes)
-            + f"Each kind is fed each task's first `cut` measurements of a kept run ({t.per_iter} per task at a "
-              f"time, the tasks in turn) and ranks the ones the run measured after them. top1 = best / the "
-              f"latency of its first pick; best_of_{session_replay.PICKS} = best / the best of its first "
-              f"{session_replay.PICKS}; {tuning_kinds.BASELINE}_pick/this_pick = the latency of "
-              f"{tuning_kinds.BASELINE}'s first pick / this kind's, per (task, run), geometric mean, 90% bootstrap "
-              f"interval over the tasks. The candidates are the kept run's, not what each model would have "
-              f"made the search explore: a proxy for choosing settings, not a tuning comparison.\n\n"
-            + tuning_report.markdown(table.round(3)) + "\n")
-    Path(f"{prefix}.md").write_text(text)
+    text, path = session_replay.write_report(
+        rows, ws.root / "reports", prefix=f"tune-{p.items[0].name}_replay", baseline=tuning_kinds.BASELINE,
+        heading=f"{ws.name}, {p.items[0].name}, the kept {of} runs of seeds {list(t.seeds)}", notes=p.notes,
+        per_iter=int(t.per_iter))
     print("\n" + text)
     return {"runs": len(sessions), "tasks": len(p.tasks), "kinds": len(p.kinds), "rows": len(rows),
-            "report": f"{prefix}.md"}
+            "report": str(path)}
 
 
 def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None, run_id: str) -> dict:

@@ -194,34 +194,34 @@ def keep_database(work: Path, results: Path) -> None:
             atomic_write_bytes(results / f"{name}.gz", gzip.compress((work / name).read_bytes(), mtime=0))
 
 
-def open_database(results: Path, scratch: Path):
-    """The MetaSchedule JSONDatabase of a run kept by `keep_database`, unpacked into `scratch`."""
-    scratch.mkdir(parents=True, exist_ok=True)
+def unpack_database(results: Path, folder: Path) -> list[Path]:
+    """The database files (DATABASE_FILES) of a run kept by `keep_database`, unpacked into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in DATABASE_FILES:
         packed = results / f"{name}.gz"
         if not packed.exists():
             raise FileNotFoundError(f"{packed}: no kept database for this run (runs kept before databases were "
                                     f"kept have their result.json only)")
-        paths.append(scratch / name)
+        paths.append(folder / name)
         paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
-    return ms.database.JSONDatabase(str(paths[0]), str(paths[1]))
+    return paths
+
+
+def open_database(results: Path, scratch: Path):
+    """The MetaSchedule JSONDatabase of a run kept by `keep_database`, unpacked into `scratch`."""
+    workloads, records = unpack_database(results, scratch)
+    return ms.database.JSONDatabase(str(workloads), str(records))
 
 
 def kept_records(results: Path) -> tuple[list, list]:
-    """The workload lines and the record lines (in the order the run measured them) of a run
-    kept by `keep_database`; a damaged record line is refused with its file and line."""
+    """The workload lines and the record lines (in the order the run measured them: the
+    JSONDatabase sorts its records by run time) of a run kept by `keep_database`; a damaged
+    record line is refused with its file and line."""
     with tempfile.TemporaryDirectory(prefix="kept-run-") as tmp:
-        paths = []
-        for name in DATABASE_FILES:
-            packed = results / f"{name}.gz"
-            if not packed.exists():
-                raise FileNotFoundError(f"{packed}: no kept database for this run (runs kept before databases "
-                                        f"were kept have their result.json only)")
-            paths.append(Path(tmp) / name)
-            paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
-        lines = [json.loads(x) for x in paths[0].read_text().splitlines() if x.strip()]
-        records, bad = read_record_lines([paths[1]])
+        workloads, path = unpack_database(results, Path(tmp))
+        lines = [json.loads(x) for x in workloads.read_text().splitlines() if x.strip()]
+        records, bad = read_record_lines([path])
     if bad:
         raise ValueError(f"{results}: its kept database has {len(bad)} unreadable records, e.g. {bad[0]}")
     return lines, records

@@ -31,7 +31,7 @@ from features.static import schedule_from_trace
 from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.tuning.comparison import kept_records
-from pipeline.tuning.report import geomean_over_tasks
+from pipeline.tuning.report import geomean_over_tasks, markdown
 
 log = logging.getLogger(__name__)
 
@@ -156,3 +156,23 @@ def paired(rows: pd.DataFrame, baseline: str = "xgb", *, level: float = 0.9, res
                             "pairs_faster": int((ratio[ok] > 0).sum()), "pairs_slower": int((ratio[ok] < 0).sum())})
         out.append(row)
     return pd.DataFrame(out).sort_values(["cut", "cost_model"], kind="stable").reset_index(drop=True)
+
+
+def write_report(rows: pd.DataFrame, folder: Path, *, prefix: str, baseline: str, heading: str, notes: list[str],
+                 per_iter: int) -> tuple[str, Path]:
+    """<folder>/<prefix>.csv (every row) and <prefix>.md (the paired table, what it means);
+    returns the markdown and its path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(folder / f"{prefix}.csv", index=False)
+    text = (f"# Replayed tuning runs: {heading}\n\n" + "".join(f"{n}\n\n" for n in notes)
+            + f"Each kind is fed each task's first `cut` measurements of a kept run ({per_iter} per task at a "
+              f"time, the tasks in turn) and ranks the ones the run measured after them. top1 = best / the "
+              f"latency of its first pick; best_of_{PICKS} = best / the best of its first {PICKS}; "
+              f"{baseline}_pick/this_pick = the latency of {baseline}'s first pick / this kind's, per (task, run), "
+              f"geometric mean, 90% bootstrap interval over the tasks. The candidates are the kept run's, not "
+              f"what each model would have made the search explore: a proxy for ruling settings out, not a "
+              f"tuning comparison.\n\n"
+            + markdown(paired(rows, baseline).round(3)) + "\n")
+    path = folder / f"{prefix}.md"
+    path.write_text(text)
+    return text, path
