@@ -5,18 +5,20 @@ XGBModel and a random pick, by MetaSchedule's own update/predict calls."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import ROOT
+from pipeline.config import run_stage
 from pipeline.core import database as D
 from pipeline.core import identity
 from pipeline.tuning import comparison, session_replay
 from pipeline.tuning.cost_model import PipelineCostModel
 
-RUN = ROOT / "data" / "tuning" / "zoo_ops-llvm-epyc2-v1" / "1a6d9342bbe3" / "bert_encoder" / "xgb-s0"
+RUN = ROOT / "data" / "tuning" / "zoo_ops-llvm-epyc2-v1" / "09f3cd4473e3" / "bert_encoder" / "xgb-s0"
 PRIOR = "zoo_ops-llvm-epyc2-v1-lgbm_ps_rank4-without-bert_encoder"
 
 
@@ -76,3 +78,15 @@ def test_every_kind_ranks_the_later_schedules_and_the_adapting_prior_learns(sess
 def test_a_run_of_other_tasks_is_refused_with_the_fix(names):
     with pytest.raises(ValueError, match="no record of tuned task.*same tune.tasks"):
         session_replay.load_session(RUN, {**names, "0" * 16: "not-tuned-here"})
+
+
+def test_the_tune_stage_finds_the_kept_runs_wherever_they_are_kept(tmp_path):
+    """The run folders are named by the tuning settings, not by the folder that keeps them: an
+    absolute tune.results and another data folder find the committed runs."""
+    over = [f"paths.data={tmp_path / 'data'}", f"paths.releases={ROOT / 'data' / 'releases'}", "dataset=release",
+            "dataset.release=zoo_ops-llvm-epyc2-v1", "budget=transfer", "tune.tasks=bert_encoder"]
+    run_stage("tasks", over)
+    out = run_stage("tune", [*over, f"tune.results={ROOT / 'data' / 'tuning'}", "tune.cost_models=[xgb,random]",
+                             "tune.seeds=[0]", "tune.replay.enabled=true", "tune.replay.cuts=[64]"])
+    assert out["runs"] == 1 and out["rows"] == 2 * 5
+    assert "| random" in Path(out["report"]).read_text()

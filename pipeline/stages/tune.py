@@ -12,7 +12,8 @@ model) and, when the budget is below XGBModel's warm-up, that it is not a compar
 Outputs: <workspace>/tune/<settings>/ (MetaSchedule work dirs and databases, and each
 finished run's result.json: the same command after an interruption tunes only what is
 missing; force=true tunes everything again; <settings> is a digest of the tune options
-but seeds, cost models and those of the pipeline's model, the target and the tasks; the
+but seeds, cost models, the results folder, the replay and those of the pipeline's model,
+the target and the tasks; the
 runs of `ours` kinds are in folders named with a digest of the loaded model and its options,
 so MetaSchedule's own runs are reused whatever model `ours` is). With `tune.results`, each
 finished run's result.json is also kept under <results>/<workspace>/<settings>/, a folder a
@@ -104,8 +105,10 @@ def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
     if p.caveat:
         log.warning("%s", p.caveat)
     options = OmegaConf.to_container(t, resolve=True)
-    # what decides MetaSchedule's own runs; the model of `ours` and its settings name its folders
-    settings = {k: v for k, v in options.items() if k not in ("seeds", "cost_models", "replay", *OURS_OPTIONS)}
+    # what decides MetaSchedule's own runs (not where they are kept, nor a replay of them); the
+    # model of `ours` and its settings name its folders
+    settings = {k: v for k, v in options.items()
+                if k not in ("seeds", "cost_models", "results", "replay", *OURS_OPTIONS)}
     info = p.ours.info if p.ours is not None else {}
     key = _digest([settings, str(target), [x.name for x in p.tasks]])
     # an `ours` kind's runs are named by the model and the settings that kind reads, so a
