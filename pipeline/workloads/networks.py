@@ -1,7 +1,8 @@
 """Reference network architectures in plain torch.nn (random weights, no downloads).
 
-The layer shapes follow the published models (torchvision's ResNet-18/50 and
-MobileNet-V2, BERT-base's encoder), which is what decides the tensor programs a network
+The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeXt-50 32x4d,
+MobileNet-V2, MobileNet-V3 small and SqueezeNet 1.1, BERT-base's encoder, ViT-S/16, a GPT-style
+decoder, TenSet's DCGAN), which is what decides the tensor programs a network
 yields; the weights do not matter for tuning, so they are random with a fixed seed.
 """
 
@@ -54,6 +55,20 @@ class Bottleneck(nn.Module):
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         return self.relu(out + self.downsample(x))
+
+
+class ResNeXtBottleneck(Bottleneck):
+    """ResNeXt-50 32x4d (Xie et al. 2017): a bottleneck twice as wide whose 3x3 convolution
+    has 32 groups."""
+
+    def __init__(self, cin: int, width: int, stride: int = 1):
+        super().__init__(cin, width, stride)
+        inner = width * 2
+        self.conv1 = nn.Conv2d(cin, inner, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(inner)
+        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, groups=32, bias=False)
+        self.bn2 = nn.BatchNorm2d(inner)
+        self.conv3 = nn.Conv2d(inner, width * self.expansion, 1, bias=False)
 
 
 def _downsample(cin: int, cout: int, stride: int) -> nn.Module:
@@ -219,6 +234,189 @@ class BertEncoder(nn.Module):
         return x.reshape(b, s, h)
 
 
+# ------------------------------------------------------- SqueezeNet 1.1 (Iandola et al. 2016)
+
+
+class Fire(nn.Module):
+    """Squeeze 1x1, then 1x1 and 3x3 expands side by side, concatenated."""
+
+    def __init__(self, cin: int, squeeze: int, expand: int):
+        super().__init__()
+        self.squeeze = nn.Sequential(nn.Conv2d(cin, squeeze, 1), nn.ReLU())
+        self.expand1 = nn.Sequential(nn.Conv2d(squeeze, expand, 1), nn.ReLU())
+        self.expand3 = nn.Sequential(nn.Conv2d(squeeze, expand, 3, padding=1), nn.ReLU())
+
+    def forward(self, x):
+        x = self.squeeze(x)
+        return torch.cat([self.expand1(x), self.expand3(x)], 1)
+
+
+class SqueezeNet(nn.Module):
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        pool = lambda: nn.MaxPool2d(3, 2, ceil_mode=True)  # noqa: E731
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 3, 2), nn.ReLU(), pool(), Fire(64, 16, 64), Fire(128, 16, 64), pool(),
+            Fire(128, 32, 128), Fire(256, 32, 128), pool(), Fire(256, 48, 192), Fire(384, 48, 192),
+            Fire(384, 64, 256), Fire(512, 64, 256),
+        )
+        self.classifier = nn.Sequential(nn.Conv2d(512, num_classes, 1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+
+    def forward(self, x):
+        return torch.flatten(self.classifier(self.features(x)), 1)
+
+
+# ----------------------------------------------------- MobileNet-V3 small (Howard et al. 2019)
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c: int, squeeze: int):
+        super().__init__()
+        self.fc = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, squeeze, 1), nn.ReLU(), nn.Conv2d(squeeze, c, 1),
+                                nn.Hardsigmoid())
+
+    def forward(self, x):
+        return x * self.fc(x)
+
+
+class InvertedResidualV3(nn.Module):
+    def __init__(self, cin: int, k: int, hidden: int, cout: int, se: bool, hswish: bool, stride: int):
+        super().__init__()
+        act = nn.Hardswish if hswish else nn.ReLU
+        layers = [] if hidden == cin else [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), act()]
+        layers += [nn.Conv2d(hidden, hidden, k, stride, (k - 1) // 2, groups=hidden, bias=False),
+                   nn.BatchNorm2d(hidden), act()]
+        if se:
+            layers.append(SqueezeExcite(hidden, max(8, (hidden // 4 + 4) // 8 * 8)))
+        layers += [nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class MobileNetV3Small(nn.Module):
+    # (kernel, expanded channels, out channels, squeeze-excite, hard-swish, stride): the paper's Table 2.
+    SETTINGS = [(3, 16, 16, True, False, 2), (3, 72, 24, False, False, 2), (3, 88, 24, False, False, 1),
+                (5, 96, 40, True, True, 2), (5, 240, 40, True, True, 1), (5, 240, 40, True, True, 1),
+                (5, 120, 48, True, True, 1), (5, 144, 48, True, True, 1), (5, 288, 96, True, True, 2),
+                (5, 576, 96, True, True, 1), (5, 576, 96, True, True, 1)]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers, cin = [nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()], 16
+        for k, hidden, cout, se, hs, s in self.SETTINGS:
+            layers.append(InvertedResidualV3(cin, k, hidden, cout, se, hs, s))
+            cin = cout
+        layers += [nn.Conv2d(cin, 576, 1, bias=False), nn.BatchNorm2d(576), nn.Hardswish()]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, num_classes))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
+# ------------------------------------------------------------------ DCGAN (Radford et al. 2016)
+
+
+class DCGAN(nn.Module):
+    """The generator (noise [batch, 100] -> image [batch, 3, 64, 64], transposed 4x4
+    convolutions of stride 2) followed by the discriminator (4x4 convolutions of stride 2,
+    LeakyReLU) that scores its image, as TenSet's `dcgan` network does."""
+
+    example_shape = (100,)
+
+    def __init__(self, ngf: int = 128, ndf: int = 64):
+        super().__init__()
+        self.ngf = ngf
+        self.project = nn.Linear(100, 4 * 4 * ngf * 8)
+        g, c = [], ngf * 8
+        for _ in range(3):
+            g += [nn.ConvTranspose2d(c, c // 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c // 2), nn.ReLU()]
+            c //= 2
+        g += [nn.ConvTranspose2d(c, 3, 4, 2, 1, bias=False), nn.Tanh()]
+        self.generator = nn.Sequential(*g)
+        d, c = [nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2)], ndf
+        for _ in range(3):
+            d += [nn.Conv2d(c, c * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(c * 2), nn.LeakyReLU(0.2)]
+            c *= 2
+        d += [nn.Conv2d(c, 1, 4, 1, 0, bias=False), nn.Sigmoid()]
+        self.discriminator = nn.Sequential(*d)
+
+    def forward(self, z):
+        x = torch.relu(self.project(z)).reshape(z.shape[0], self.ngf * 8, 4, 4)
+        return torch.flatten(self.discriminator(self.generator(x)), 1)
+
+
+# ------------------------------------------------- transformers: ViT (Dosovitskiy et al. 2021), GPT
+
+
+class PreLNLayer(nn.Module):
+    """Pre-LN transformer layer over tokens [batch*seq, hidden] (ViT, GPT-2), optionally
+    causal: each token attends to itself and the tokens before it."""
+
+    def __init__(self, hidden: int, heads: int, intermediate: int, seq: int, causal: bool = False):
+        super().__init__()
+        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv = Dense(hidden, 3 * hidden)
+        self.out = Dense(hidden, hidden)
+        self.mlp = nn.Sequential(Dense(hidden, intermediate), nn.GELU(), Dense(intermediate, hidden))
+        mask = torch.full((seq, seq), float("-inf")).triu(1) if causal else torch.zeros(seq, seq)
+        self.register_buffer("mask", mask)
+
+    def forward(self, x):
+        b = x.shape[0] // self.seq
+        qkv = self.qkv(self.ln1(x)).reshape(b, self.seq, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = (t.reshape(b * self.heads, self.seq, self.head_dim) for t in qkv)
+        scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5) + self.mask
+        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
+        ctx = ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
+        x = x + self.out(ctx)
+        return x + self.mlp(self.ln2(x))
+
+
+class ViT(nn.Module):
+    """ViT-S/16 at 224x224: 16x16 patches (196 tokens and a class token), hidden 384, 6 heads."""
+
+    def __init__(self, hidden: int = 384, heads: int = 6, layers: int = 12, patch: int = 16, num_classes: int = 1000):
+        super().__init__()
+        self.hidden, self.seq = hidden, (224 // patch) ** 2 + 1
+        self.patch = nn.Conv2d(3, hidden, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, hidden) * 0.02)
+        self.position = nn.Parameter(torch.randn(1, self.seq, hidden) * 0.02)
+        self.layers = nn.Sequential(*[PreLNLayer(hidden, heads, 4 * hidden, self.seq) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden)
+        self.head = Dense(hidden, num_classes)
+
+    def forward(self, x):
+        b = x.shape[0]
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(b, -1, -1), tokens], 1) + self.position
+        x = self.ln(self.layers(x.reshape(b * self.seq, self.hidden))).reshape(b, self.seq, self.hidden)
+        return self.head(x[:, 0])
+
+
+class GPTDecoder(nn.Module):
+    """GPT-style decoder stack over token embeddings [batch, seq, hidden] (seq 256, hidden
+    512, 8 heads, causal attention, pre-LN); the input is already embedded, as BERT's is."""
+
+    def __init__(self, hidden: int = 512, heads: int = 8, layers: int = 6, seq: int = 256):
+        super().__init__()
+        self.hidden, self.seq = hidden, seq
+        self.example_shape = (seq, hidden)
+        self.position = nn.Parameter(torch.randn(seq, hidden) * 0.02)
+        self.layers = nn.Sequential(*[PreLNLayer(hidden, heads, 4 * hidden, seq, causal=True) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden)
+
+    def forward(self, words):
+        b = words.shape[0]
+        x = (words + self.position).reshape(b * self.seq, self.hidden)
+        return self.ln(self.layers(x)).reshape(b, self.seq, self.hidden)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -238,7 +436,33 @@ def bert_encoder(layers: int = 12, seq: int = 128) -> nn.Module:
     return BertEncoder(BertConfig(layers=layers, seq=seq))
 
 
-NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder}
+def resnext50() -> nn.Module:
+    return ResNet(ResNeXtBottleneck, [3, 4, 6, 3])
+
+
+def squeezenet() -> nn.Module:
+    return SqueezeNet()
+
+
+def mobilenet_v3() -> nn.Module:
+    return MobileNetV3Small()
+
+
+def dcgan() -> nn.Module:
+    return DCGAN()
+
+
+def vit() -> nn.Module:
+    return ViT()
+
+
+def gpt_decoder() -> nn.Module:
+    return GPTDecoder()
+
+
+NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder,
+            "resnext50": resnext50, "squeezenet": squeezenet, "mobilenet_v3": mobilenet_v3, "dcgan": dcgan, "vit": vit,
+            "gpt_decoder": gpt_decoder}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
@@ -251,7 +475,8 @@ def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Modul
         model = NETWORKS[name](**options).eval()
     if isinstance(model, BertEncoder):
         c = model.config
-        example = (torch.randn(batch, c.seq, c.hidden, generator=gen),)
+        shape = (c.seq, c.hidden)
     else:
-        example = (torch.randn(batch, 3, 224, 224, generator=gen),)
+        shape = getattr(model, "example_shape", (3, 224, 224))
+    example = (torch.randn(batch, *shape, generator=gen),)
     return model, example
