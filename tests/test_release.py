@@ -18,6 +18,8 @@ import pytest
 from conftest import ROOT
 from models.tables import build_table
 from pipeline.config import compose, run_stage
+from pipeline.core import database as D
+from pipeline.core import identity
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
 from pipeline.options import workspace_of
@@ -104,6 +106,76 @@ def test_a_release_relabelled_on_another_machine_is_a_new_release(released, tmp_
     manifest = R.verify(tmp_path / "rel" / rel["release"])
     assert rel["release"].startswith("ops-llvm-") and rel["release"].endswith("-v2")
     assert manifest["derived_from"]["name"] == folder.name and manifest["tables"]["measurements"] == 24
+
+
+def base_without_a_task(root: Path, over: list[str], dest: Path) -> tuple[Path, str]:
+    """A release of the workspace less one task (what an earlier release held), and the task."""
+    from pipeline.stages import release as stage
+
+    ws = Workspace(root)
+    left_out = sorted(ws.read("tasks")["task_id"])[-1]
+    others = frozenset(ws.read("tasks")["task_id"]) - {left_out}
+    info = stage.dataset_info(compose(over), ws, frozenset([left_out]))
+    R.pack_dataset(ws, dest, info=info, card=R.dataset_card, record_lines=stage.record_lines(ws),
+                   drop_tasks=frozenset([left_out]))
+    assert set(pq.read_table(dest / R.TABLES_DIR / "tasks.parquet")["task_id"].to_pylist()) == others
+    return dest, left_out
+
+
+def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
+    """release.extends: the new release holds only the tasks the base does not, goes on under
+    the base's name with the next version, and dataset=release unpacks both into the
+    workspace the whole would have made, one MetaSchedule database included."""
+    from tvm.s_tir import meta_schedule as ms
+
+    root, over, _ = released
+    rel = tmp_path / "rel"
+    base, new_task = base_without_a_task(root, over, rel / "ops-llvm-x-v3")
+    out = run_stage("release", [*over, f"paths.releases={rel}", f"release.extends={base.name}"])
+    grown = rel / out["release"]
+    manifest = R.verify(grown)
+    assert grown.name.startswith("ops-llvm-") and grown.name.endswith("-v4")
+    assert manifest["extends"]["name"] == base.name and manifest["extends"]["total"]["tasks"] == 3
+    assert pq.read_table(grown / R.TABLES_DIR / "tasks.parquet")["task_id"].to_pylist() == [new_task]
+    assert set(pq.read_table(grown / R.TABLES_DIR / "candidates.parquet")["task_id"].to_pylist()) == {new_task}
+    assert "Extends release `ops-llvm-x-v3`" in (grown / R.DATASET_CARD).read_text()
+    alone = ms.database.JSONDatabase(str(grown / R.DATABASE_FILES[0]), str(grown / R.DATABASE_FILES[1]))
+    own = pq.read_table(grown / R.TABLES_DIR / "candidates.parquet").num_rows
+    assert len(list(D.nonblank_lines(grown / R.DATABASE_FILES[0]))) == 1
+    assert len(alone.get_all_tuning_records()) == own > 0
+
+    mine = from_release(grown, tmp_path / "data")
+    run_stage("tasks", mine)
+    ws = workspace_of(compose(mine))
+    a = build_table(Workspace(root), "static").frame.sort_values("record_id").reset_index(drop=True)
+    b = build_table(ws, "static").frame.sort_values("record_id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b)
+    # One database: every task's workload index names its own workload, every record is there.
+    workloads = D.read_workload_lines(ws)
+    for task in ws.read("tasks").itertuples():
+        assert identity.task_id(D.load_workload_mod(workloads[task.workload_index])) == task.task_id
+    db = ms.database.JSONDatabase(str(ws.db_workload), str(ws.db_tuning_record))
+    assert len(db.get_all_tuning_records()) == 24
+
+    # The base changed after the release was made on it: refused, naming it.
+    manifest_file = base / R.MANIFEST
+    manifest_file.write_text(manifest_file.read_text().replace('"licence"', '"licence" ', 1))
+    with pytest.raises(R.ReleaseError, match="is not the manifest it was made on"):
+        run_stage("tasks", from_release(grown, tmp_path / "data2"))
+
+
+def test_a_release_extends_only_one_timed_alike(released, tmp_path):
+    root, over, _ = released
+    rel = tmp_path / "rel"
+    base, _ = base_without_a_task(root, over, rel / "ops-llvm-x-v1")
+    manifest = json.loads((base / R.MANIFEST).read_text())
+    manifest["timing"]["repeats"] = [5]
+    (base / R.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(R.ReleaseError, match=r"made otherwise \(repeats \[2\] here, \[5\] there\)"):
+        run_stage("release", [*over, f"paths.releases={rel}", f"release.extends={base.name}"])
+    with pytest.raises(R.ReleaseError, match="nothing to release"):
+        run_stage("release", [*over, f"paths.releases={rel}", f"release.extends={released[2]}"])
+    assert sorted(p.name for p in rel.iterdir()) == [base.name]
 
 
 def damaged(folder: Path, tmp_path: Path, how: str) -> Path:

@@ -97,11 +97,21 @@ def shard_record_file(ws: Workspace, shard_index: int, shard_count: int) -> Path
     return ws.root / f"database_tuning_record.shard-{shard_index}.json"
 
 
-def _lines(path: Path):
+def nonblank_lines(path: Path):
     """(line number, bytes) of every non-blank line of a file."""
     for i, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
         if line.strip():
             yield i, line.rstrip(b"\r")
+
+
+def shift_record_line(line: str, workload_index: dict[int, int]) -> str | None:
+    """A tuning-record line pointing at its workload's new index (`workload_index`: old ->
+    new), or None when its workload is not kept: a release that extends another renumbers
+    the workloads it holds (pipeline/core/release.py)."""
+    value = json.loads(line)
+    if value[0] not in workload_index:
+        return None
+    return _dumps([workload_index[value[0]], *value[1:]])
 
 
 def _decode(line: bytes):
@@ -113,7 +123,7 @@ def read_workload_lines(ws: Workspace) -> WorkloadLines:
     """database_workload.json line by line; a bad line is logged with its file and line
     number and its entry is None (the tasks on it are skipped by the stages)."""
     out, bad = [], {}
-    for i, line in _lines(ws.db_workload):
+    for i, line in nonblank_lines(ws.db_workload):
         try:
             value = _decode(line)
             if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
@@ -139,7 +149,7 @@ def usable_tasks(tasks: pd.DataFrame, workloads: WorkloadLines, stage: str) -> p
 def read_record_lines(files: list[Path]) -> tuple[list[RecordLine], list[BadLine]]:
     good, bad = [], []
     for f in files:
-        for i, line in _lines(f):
+        for i, line in nonblank_lines(f):
             try:
                 idx, body = _decode(line)
                 trace, run_secs, target, args_info = (list(body) + [None] * 4)[:4]
@@ -207,7 +217,7 @@ def drop_record_lines(path: Path, workload_indices: set[int]) -> int:
         return 0
     with file_lock(path):
         kept, dropped = [], 0
-        for _, raw in _lines(path):
+        for _, raw in nonblank_lines(path):
             try:
                 value = _decode(raw)
                 if isinstance(value, list) and value and int(value[0]) in workload_indices:

@@ -217,6 +217,41 @@ def verify(folder: str | Path, *, kind: str | None = None) -> dict:
     return manifest
 
 
+def chain(folder: str | Path) -> list[tuple[Path, dict]]:
+    """A dataset release and every release it extends, each verified, the first base first:
+    (folder, manifest). A release that extends another holds only what the other does not
+    (`manifest["extends"]`: its name and the sha256 of its manifest); the base is looked up
+    beside it first, then on the search path, and refused when it is not the one the
+    release was made on."""
+    folder, out = Path(folder), []
+    while True:
+        manifest = verify(folder, kind="dataset")
+        out.append((folder, manifest))
+        base = manifest.get("extends")
+        if not base:
+            return out[::-1]
+        if any(m["name"] == base["name"] for _, m in out):
+            raise ReleaseError(f"{folder / MANIFEST}: release {manifest['name']} extends {base['name']}, which "
+                               f"extends it in turn: re-pack one of them without release.extends")
+        found = find(base["name"], search_path(folder.parent))
+        if sha256(found / MANIFEST) != base["manifest_sha256"]:
+            raise ReleaseError(f"{folder / MANIFEST}: release {manifest['name']} extends {base['name']}, and "
+                               f"{found / MANIFEST} is not the manifest it was made on: fetch {base['name']} as it "
+                               f"was released (git checkout -- {found} in a clone)")
+        folder = found
+
+
+def total_counts(manifest: dict) -> dict:
+    """The counts of a dataset release with those of every release it extends."""
+    return (manifest.get("extends") or {}).get("total") or manifest["counts"]
+
+
+def version_of(name: str) -> int | None:
+    """The version a release's name ends with (`...-v<version>`), None for a name without one."""
+    m = re.search(r"-v(\d+)$", str(name))
+    return int(m.group(1)) if m else None
+
+
 # ---------------------------------------------------------------------- packing
 
 
@@ -291,21 +326,38 @@ def seal(tmp: Path, dest: Path, manifest: dict, card_name: str, card, force: boo
 
 
 def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = False,
-                 record_lines: Iterable[str] = ()) -> dict:
+                 record_lines: Iterable[str] = (), drop_tasks: frozenset[str] = frozenset()) -> dict:
     """Write workspace `ws` as the dataset release `dest`; returns its manifest.
 
     `info` goes into the manifest as it is (selection, target, hardware, timing, versions,
     commands); `record_lines` are the tuning-record lines (one database, all shards);
-    `card(manifest) -> str` writes the card from the finished manifest."""
+    `card(manifest) -> str` writes the card from the finished manifest. `drop_tasks` are
+    left out (the tasks of the release this one extends): every row of theirs but a
+    network's list of its tasks, their workloads and records; the workload indices of
+    the tasks kept are renumbered in order."""
     tmp = staging(dest)
     try:
         tables, rows = tmp / TABLES_DIR, {}
         tables.mkdir()
+        renumber: dict[int, int] = {}
         for t in released_tables(ws):
             data = read_arrow(ws, t)
+            if drop_tasks and t.name != "network_tasks" and "task_id" in data.column_names:
+                data = data.filter(pc.invert(pc.is_in(data["task_id"], value_set=pa.array(sorted(drop_tasks)))))
+            if drop_tasks and t.name == "tasks":
+                old = data["workload_index"].to_pylist()
+                renumber = {i: n for n, i in enumerate(sorted(old))}
+                data = data.set_column(data.schema.get_field_index("workload_index"), "workload_index",
+                                       pa.array([renumber[i] for i in old], data.schema.field("workload_index").type))
             pq.write_table(data, tables / f"{t.name}.parquet", **COMPRESSION)
             rows[t.name] = data.num_rows
-        shutil.copyfile(ws.db_workload, tmp / DATABASE_FILES[0])
+        if drop_tasks:
+            workloads = [line for _, line in D.nonblank_lines(ws.db_workload)]
+            (tmp / DATABASE_FILES[0]).write_bytes(b"".join(workloads[i] + b"\n" for i in sorted(renumber)))
+            record_lines = [D.shift_record_line(line, renumber) for line in record_lines]
+            record_lines = [line for line in record_lines if line is not None]
+        else:
+            shutil.copyfile(ws.db_workload, tmp / DATABASE_FILES[0])
         (tmp / DATABASE_FILES[1]).write_text("".join(f"{line}\n" for line in record_lines))
         manifest = {"format": FORMAT, "kind": "dataset", "name": dest.name, "schema_version": S.SCHEMA_VERSION,
                     **info, "tables": rows}
@@ -329,42 +381,61 @@ def pack_model(model_dir: Path, dest: Path, *, info: dict, card, force: bool = F
 
 def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes | None = None,
            then: Callable[[Workspace], dict] | None = None) -> dict:
-    """Make the workspace folder `root` from a verified release: its tables as part files
-    (device-partitioned ones under `device=<d>/`), its MetaSchedule database and
-    `release.json` (the manifest it came from). `labels=False` leaves out what was measured
-    on the release's hardware (LABEL_TABLES), so that stage=replay and stage=measure label
-    the same programs for this machine; the records then carry no run times.
-    `selection` replaces the task table's recorded dataset selection; `then` adds to the
-    workspace before it goes into place (kept tuning runs: pipeline/tuning/imported.py), its
-    counts joining the result. Written whole or not at all; returns the rows per table."""
-    manifest = verify(release, kind="dataset")
+    """Make the workspace folder `root` from a verified release and the releases it extends
+    (`chain`): their tables as part files (device-partitioned ones under `device=<d>/`),
+    one MetaSchedule database (a later release's workload indices follow the earlier
+    ones') and `release.json` (the manifest it came from). `labels=False` leaves out what
+    was measured on the release's hardware (LABEL_TABLES), so that stage=replay and
+    stage=measure label the same programs for this machine; the records then carry no run
+    times. `selection` replaces the task table's recorded dataset selection; `then` adds to
+    the workspace before it goes into place (kept tuning runs: pipeline/tuning/imported.py),
+    its counts joining the result. Written whole or not at all; returns the rows per table."""
+    parts = chain(release)
+    manifest = parts[-1][1]
     if visible_entries(root):
         raise ReleaseError(f"{root} exists and is not empty: a workspace is made from a release only into a new "
                            f"folder; remove it or give another paths.data")
     tmp = staging(root)
     try:
-        ws, rows = Workspace(tmp), {}
-        for name in manifest["tables"]:
-            if not labels and name in LABEL_TABLES:
-                continue
-            data = pq.read_table(release / TABLES_DIR / f"{name}.parquet")
-            t = TABLES.get(name) or _section_table(name)
-            rows[name] = data.num_rows
-            if not t.is_folder:
-                meta = dict(data.schema.metadata or {})
-                if name == "tasks" and selection is not None:
-                    meta[SELECTION_KEY] = selection
-                pq.write_table(data.replace_schema_metadata(meta), tmp / t.path)
-                continue
-            devices = [None] if not t.partition else pc.unique(data[t.partition]).to_pylist()
-            for device in devices:
-                part = data if device is None else data.filter(pc.equal(data[t.partition], device)).drop_columns(
-                    [t.partition])
-                folder = ws.path(t, device)
-                folder.mkdir(parents=True, exist_ok=True)
-                pq.write_table(part, folder / f"part-0000-{uuid.uuid4().hex[:12]}-0.parquet")
-        for f in DATABASE_FILES:
-            shutil.copyfile(release / f, tmp / f)
+        ws, rows, files = Workspace(tmp), {}, {}
+        workloads, records = [], []
+        for folder, part in parts:
+            offset = len(workloads)
+            for name in part["tables"]:
+                if not labels and name in LABEL_TABLES:
+                    continue
+                data = pq.read_table(folder / TABLES_DIR / f"{name}.parquet")
+                if name == "tasks" and offset:
+                    data = data.set_column(data.schema.get_field_index("workload_index"), "workload_index",
+                                           pc.add(data["workload_index"], offset).cast(data["workload_index"].type))
+                t = TABLES.get(name) or _section_table(name)
+                rows[name] = rows.get(name, 0) + data.num_rows
+                if not t.is_folder:
+                    files.setdefault(t, []).append(data)
+                    continue
+                devices = [None] if not t.partition else pc.unique(data[t.partition]).to_pylist()
+                for device in devices:
+                    piece = data if device is None else data.filter(pc.equal(data[t.partition], device)).drop_columns(
+                        [t.partition])
+                    out = ws.path(t, device)
+                    out.mkdir(parents=True, exist_ok=True)
+                    pq.write_table(piece, out / f"part-0000-{uuid.uuid4().hex[:12]}-0.parquet")
+            workloads += [line for _, line in D.nonblank_lines(folder / DATABASE_FILES[0])]
+            shift = {i: i + offset for i in range(len(workloads) - offset)}
+            records += [line if not offset else D.shift_record_line(line.decode(), shift).encode()
+                        for _, line in D.nonblank_lines(folder / DATABASE_FILES[1])]
+        for t, pieces in files.items():
+            data = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="permissive")
+            meta = dict(pieces[0].schema.metadata or {})
+            if t.name == "tasks" and selection is not None:
+                meta[SELECTION_KEY] = selection
+            pq.write_table(data.replace_schema_metadata(meta), tmp / t.path)
+        if len(parts) == 1:  # the database as released, byte for byte
+            for f in DATABASE_FILES:
+                shutil.copyfile(release / f, tmp / f)
+        else:
+            (tmp / DATABASE_FILES[0]).write_bytes(b"".join(line + b"\n" for line in workloads))
+            (tmp / DATABASE_FILES[1]).write_bytes(b"".join(line + b"\n" for line in records))
         if not labels:  # the records say what measurements/ says: not measured here yet
             D.sync_records(ws)
         atomic_write_bytes(tmp / "release.json", json.dumps(
@@ -442,6 +513,12 @@ def dataset_card(m: dict) -> str:
     ]
     if m.get("description"):
         lines += [str(m["description"]), ""]
+    if m.get("extends"):
+        e, total = m["extends"], m["extends"]["total"]
+        lines += [f"Extends release `{e['name']}` (pinned by the sha256 of its manifest) and holds only the tasks it "
+                  f"does not. `dataset=release dataset.release={m['name']}` makes one workspace of both: "
+                  f"{total['records']:,} records of {total['tasks']} tasks; networks: {', '.join(total['networks'])}.",
+                  ""]
     if m.get("derived_from"):
         lines += [f"The programs of release `{m['derived_from']['name']}` (timed there on "
                   f"{(m['derived_from'].get('hardware') or {}).get('hardware')}), timed again here.", ""]

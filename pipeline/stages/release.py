@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
 from pipeline.core import database as D
@@ -50,10 +51,19 @@ def timing_of(meas: pd.DataFrame) -> dict:
             "load_avg_max": round(float(load.max()), 2) if len(load) else None, "timed_while_busy": busy}
 
 
-def failures_of(ws: Workspace) -> dict:
-    cands = ws.read("candidates", columns=["record_id", "error"])
-    kernels = ws.read("kernels", columns=["record_id", "error"])
-    meas = ws.read("measurements", columns=["record_id", "error", "checked", "correct"])
+def released_rows(ws: Workspace, name: str, drop_tasks: frozenset[str], columns: list[str] | None = None):
+    """A workspace table as a release holds it: the rows of `drop_tasks` (a base
+    release's tasks) left out."""
+    data = ws.read(name, columns=None if columns is None else list(dict.fromkeys(["task_id", *columns])))
+    if drop_tasks and "task_id" in data:
+        data = data[~data["task_id"].isin(drop_tasks)]
+    return data if columns is None else data[columns]
+
+
+def failures_of(ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -> dict:
+    cands = released_rows(ws, "candidates", drop_tasks, ["record_id", "error"])
+    kernels = released_rows(ws, "kernels", drop_tasks, ["record_id", "error"])
+    meas = released_rows(ws, "measurements", drop_tasks, ["record_id", "error", "checked", "correct"])
     meas = meas.drop_duplicates("record_id", keep="last")
     kinds = meas["error"].dropna().str.split(":").str[0].str.strip().value_counts().to_dict()
     return {"sample_errors": int(cands["error"].notna().sum()), "build_errors": int(kernels["error"].notna().sum()),
@@ -72,9 +82,10 @@ def record_lines(ws: Workspace) -> list[str]:
     return [r.to_line() for r in lines]
 
 
-def dataset_info(cfg, ws: Workspace) -> dict:
-    tasks = ws.read("tasks", require=True)
-    meas = ws.read("measurements")
+def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -> dict:
+    ws.read("tasks", require=True)
+    tasks = released_rows(ws, "tasks", drop_tasks)
+    meas = released_rows(ws, "measurements", drop_tasks)
     nets = ws.read("network_tasks")
     origin = R.workspace_release(ws.root)
     selection = (origin or {}).get("selection") or ws.selection()
@@ -89,9 +100,9 @@ def dataset_info(cfg, ws: Workspace) -> dict:
         "hardware": R.hardware_of(last),
         "timing": timing_of(last) if len(last) else {},
         "counts": {"tasks": len(tasks), "networks": sorted(n for n in set(nets["network"]) if n),
-                   "records": int(ws.read("candidates", columns=["record_id"])["record_id"].nunique()),
+                   "records": int(released_rows(ws, "candidates", drop_tasks, ["record_id"])["record_id"].nunique()),
                    "measured_ok": int(last["error"].isna().sum()) if len(last) else 0},
-        "failures": failures_of(ws),
+        "failures": failures_of(ws, drop_tasks),
         "label_noise": json.loads(noise.read_text()) if noise.is_file() else None,
         "versions": R.versions(),
         "commands": ws.history(),
@@ -105,17 +116,62 @@ def release_root(cfg) -> Path:
     return Path(str(cfg.paths.releases)).expanduser().resolve()
 
 
+def base_of(cfg, info: dict) -> tuple[dict, str, frozenset[str]]:
+    """The release that `release.extends` names, as the manifest entry of the release that
+    extends it (its name, the sha256 of its manifest, and the totals of both), its dataset's
+    name (the name the new release goes on under), and the tasks it already holds (its own and those of every release under it). Refused when its
+    labels are not comparable with this workspace's: another target, another machine or
+    another way of timing."""
+    folder = R.find(str(cfg.release.extends), R.search_path(release_root(cfg)))
+    parts = R.chain(folder)
+    base = parts[-1][1]
+    where = folder / R.MANIFEST
+    mine = {"target": info["target"]["name"], "hardware": R.hardware_slug(info["hardware"]),
+            **{k: (info.get("timing") or {}).get(k) for k in ("repeats", "number", "cache_flush")}}
+    theirs = {"target": base["target"]["name"], "hardware": R.hardware_slug(base["hardware"]),
+              **{k: (base.get("timing") or {}).get(k) for k in ("repeats", "number", "cache_flush")}}
+    differ = [f"{k} {mine[k]} here, {theirs[k]} there" for k in mine if mine[k] != theirs[k]]
+    if differ:
+        raise R.ReleaseError(f"release.extends={cfg.release.extends}: {where} was made otherwise ({'; '.join(differ)}): "
+                             f"labels taken otherwise do not rank together; release this workspace on its own "
+                             f"(without release.extends)")
+    tasks = frozenset().union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
+                                .to_pylist() for f, _ in parts))
+    networks = set().union(*(m["counts"]["networks"] for _, m in parts))
+    entry = {"name": base["name"], "manifest_sha256": R.sha256(where),
+             "total": {"tasks": sum(m["counts"]["tasks"] for _, m in parts),
+                       "records": sum(m["counts"]["records"] for _, m in parts), "networks": sorted(networks)}}
+    return entry, str(base["dataset"]), tasks
+
+
 def pack_dataset(cfg, ws: Workspace) -> dict:
-    info = dataset_info(cfg, ws)
+    info, drop = dataset_info(cfg, ws), frozenset()
+    if cfg.release.get("extends"):
+        extends, dataset, drop = base_of(cfg, info)
+        info = dataset_info(cfg, ws, drop)
+        total = extends["total"]
+        total.update(tasks=total["tasks"] + info["counts"]["tasks"], records=total["records"] + info["counts"]["records"],
+                     networks=sorted({*total["networks"], *info["counts"]["networks"]}))
+        info = {**info, "dataset": dataset, "extends": extends}
+        if not len(released_rows(ws, "tasks", drop)):
+            raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
+                                 f"release")
     hardware = str(cfg.release.hardware) if cfg.release.get("hardware") else R.hardware_slug(info["hardware"])
+    version = int(cfg.release.version)
+    if info.get("extends"):
+        base_version = R.version_of(info["extends"]["name"])
+        if base_version is None and not cfg.release.get("name"):
+            raise R.ReleaseError(f"release.extends={cfg.release.extends}: its name ends with no -v<version> to count "
+                                 f"on from: give release.name")
+        version = max(version, (base_version or 0) + 1)
     name = R.check_name(cfg.release.get("name") or R.release_name(info["dataset"], str(cfg.target.name), hardware,
-                                                                    int(cfg.release.version)))
+                                                                    version))
     dest = release_root(cfg) / name
     if dest.exists() and not cfg.force:  # before the minutes of packing
         raise R.ReleaseError(f"{dest} exists: releases are not overwritten; give a new release.version (or "
                              f"release.name), or force=true to replace it")
     manifest = R.pack_dataset(ws, dest, info=info, card=R.dataset_card, force=bool(cfg.force),
-                              record_lines=record_lines(ws))
+                              record_lines=record_lines(ws), drop_tasks=drop)
     size = sum(e["bytes"] for e in manifest["files"].values())
     log.info("released %s: %d records, %d tasks, %.1f MB", dest, info["counts"]["records"], info["counts"]["tasks"],
              size / 1e6)

@@ -98,8 +98,8 @@ def from_release(cfg) -> dict:
             raise R.ReleaseError(f"{ws.root} exists and was not made from release {manifest['name']}: give another "
                                  f"paths.data, or force=true to make it anew from the release")
         log.info("%s was made from release %s; force=true makes it anew", ws.root, manifest["name"])
-        return {"tasks": int(manifest["counts"]["tasks"])}
-    n = int(manifest["counts"]["tasks"])
+        return {"tasks": R.total_counts(manifest)["tasks"]}
+    n = R.total_counts(manifest)["tasks"]
     selection = json.dumps(identity.selection(cfg.dataset, cfg.budget.get("max_tasks"), n)).encode()
     old = ws.root / f".replaced-{uuid.uuid4().hex[:8]}"
     moved = R.visible_entries(ws.root) if cfg.force else []
