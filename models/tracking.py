@@ -256,24 +256,32 @@ def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, pre
         return run.info.run_id
 
 
-def workspace_runs(store: Store, stage: str = TRAIN) -> pd.DataFrame:
-    """Every finished run of one stage (train or tune) of this workspace: its experiment, runs
-    of its identity (and runs made before identities were recorded, by their folder); the
-    runs of stage=compare are never training runs."""
-    mlflow.set_tracking_uri(store.uri)
-    exp = mlflow.get_experiment_by_name(store.experiment)
+def experiment_runs(uri: str, experiment: str, stage: str = TRAIN) -> pd.DataFrame:
+    """Every finished run of one stage (train or tune) in an experiment; the runs of
+    stage=compare are never training runs."""
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         return pd.DataFrame()
     runs = mlflow.search_runs(experiment_ids=[exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
                               output_format="pandas", max_results=50000)
     if runs.empty:
         return pd.DataFrame()
+    # runs made before the stage tag: training runs are the ones that name a model
+    stage_of = _tag(runs, "stage").fillna(_tag(runs, "model").notna().map({True: TRAIN, False: ""}))
+    return runs[stage_of == stage].reset_index(drop=True)
+
+
+def workspace_runs(store: Store, stage: str = TRAIN) -> pd.DataFrame:
+    """Every finished run of one stage of this workspace: its experiment's runs of its
+    identity (and runs made before identities were recorded, by their folder)."""
+    runs = experiment_runs(store.uri, store.experiment, stage)
+    if runs.empty:
+        return runs
     tags = store.tags
     mine = _tag(runs, "workspace_id") == tags["workspace_id"]
     mine |= _tag(runs, "workspace_id").isna() & (_tag(runs, "workspace_path") == tags["workspace_path"])
-    # runs made before the stage tag: training runs are the ones that name a model
-    stage_of = _tag(runs, "stage").fillna(_tag(runs, "model").notna().map({True: TRAIN, False: ""}))
-    return runs[mine & (stage_of == stage)].reset_index(drop=True)
+    return runs[mine].reset_index(drop=True)
 
 
 def _tag(runs: pd.DataFrame, name: str) -> pd.Series:

@@ -311,6 +311,16 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     assert len(back) == 9
     # each model against the reference... which this sweep did not train: no interval, no error
     assert "## Against ms_xgb" not in report
+    # against another workspace's runs of the same selection, paired task by task: against its own
+    # runs every model's difference is nil, on every network and on average
+    sel = [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]"]
+    out = run_stage("compare", [*sel, f"compare.against={cfg.workspace}"])
+    against = pd.read_csv(root / "reports" / "against-by_network-static.csv")
+    assert out["against_rows"] == 6 and set(against["heldout"]) == {"netA", "netB", "mean"}
+    assert (against[["diff", "lo", "hi"]] == 0).all().all() and (against["n_seeds"] == 2).all()
+    assert f"## Against the same models trained on {cfg.workspace}" in Path(out["evaluation"]).read_text()
+    with pytest.raises(WorkspaceError, match="compare.against=nope: no training run of workspace nope"):
+        run_stage("compare", [*sel, "compare.against=nope"])
 
 
 def test_ms_xgb_on_stored_features_predicts_as_on_replayed_schedules(collected_workspace):

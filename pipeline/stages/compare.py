@@ -16,6 +16,8 @@ jobs of a sweep (`-m stage=compare split=within_task,by_task`) each keep theirs:
                             ablation, ordered by the validation metric that chooses
                             (`mlflow.best_metric`)
   heldout<sel>.csv, splits<sel>.csv, ablation<sel>.csv   the same tables with every column
+  against<sel>.csv          with compare.against=<workspace>: each model here minus the same
+                            model trained there, paired over the held-out tasks both tested on
   compare<sel>.png          mean test metrics per (model, features, split); heldout<sel>.png:
                             test top-1 per held-out network with the spread over seeds
 
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 FIRST = ["model", "features", "split", "heldout", "seed"]
 SHOWN = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pair acc",
          "test_spearman": "Spearman"}
+REFERENCE_PREFIX = "trained on "  # compare.against: the other workspace's runs, as the reference model
 EACH = "each"  # features=each (conf/features/each.yaml): every set of train.features
 
 
@@ -135,9 +138,9 @@ def _models(cfg, table: pd.DataFrame) -> pd.DataFrame:
     return keep.drop(columns=[c for c in ("_r", "_last") if c in keep.columns]).reset_index(drop=True)
 
 
-def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
-    """Paired bootstrap intervals of each model against ms_xgb per held-out network
-    (models/evaluation.py `paired_intervals`) from the by_network runs' per-task tables."""
+def heldout_per_task(runs: pd.DataFrame) -> pd.DataFrame:
+    """The by_network runs' per-task test tables (the tasks the top-k figures count), with
+    each run's model, features, held-out network and seed."""
     runs = tracking.with_split_tags(runs)
     runs = runs[runs["tags.split"] == "by_network"]
     tables = tracking.per_task_tables(runs)
@@ -146,9 +149,44 @@ def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
     tags = runs.set_index("run_id")[["tags.model", "tags.features", "tags.heldout", "tags.split_seed"]]
     tags.columns = ["model", "features", "heldout", "seed"]
     per_task = tables.join(tags, on="run_id")
-    per_task = per_task[per_task["topk"].astype(bool)]
-    nets = ws.read("network_tasks", columns=["network", "task_id", "weight"]).rename(columns={"network": "heldout"})
-    return E.paired_intervals(per_task, nets)
+    return per_task[per_task["topk"].astype(bool)]
+
+
+def network_weights(ws: Workspace) -> pd.DataFrame:
+    return ws.read("network_tasks", columns=["network", "task_id", "weight"]).rename(columns={"network": "heldout"})
+
+
+def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
+    """Paired bootstrap intervals of each model against ms_xgb per held-out network
+    (models/evaluation.py `paired_intervals`) from the by_network runs' per-task tables."""
+    per_task = heldout_per_task(runs)
+    return E.paired_intervals(per_task, network_weights(ws)) if len(per_task) else pd.DataFrame()
+
+
+def against_intervals(cfg, ws: Workspace, store: tracking.Store, runs: pd.DataFrame) -> pd.DataFrame:
+    """Each model trained here minus the same model trained on workspace `compare.against`
+    (the same selection of its runs), paired over the held-out tasks both tested on: what
+    this workspace's training data bought over the other's."""
+    other = str(cfg.compare.against)
+    theirs = tracking.experiment_runs(store.uri, other)
+    if len(theirs):
+        theirs = theirs[theirs.get("tags.workspace", pd.Series(index=theirs.index, dtype=object)) == other]
+    if theirs.empty:
+        raise WorkspaceError(f"compare.against={other}: no training run of workspace {other} in {store.uri}: train "
+                             f"the same selection there first (stage=train with its dataset), or name another "
+                             f"workspace")
+    theirs, *_ = select_runs(cfg, ws, theirs)
+    mine, base = heldout_per_task(runs), heldout_per_task(theirs)
+    if mine.empty or base.empty:
+        return pd.DataFrame()
+    shared = mine[["heldout", "task_id"]].merge(base[["heldout", "task_id"]].drop_duplicates())
+    reference = f"{REFERENCE_PREFIX}{other}"
+    out = []
+    for model in sorted(set(mine["model"]) & set(base["model"])):
+        pair = pd.concat([mine[mine["model"] == model], base[base["model"] == model].assign(model=reference)])
+        pair = pair.merge(shared.drop_duplicates(), on=["heldout", "task_id"])
+        out.append(E.paired_intervals(pair, network_weights(ws), reference=reference))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
 def interval_report(table: pd.DataFrame) -> pd.DataFrame:
@@ -209,6 +247,8 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
         ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
+    if cfg.compare.get("against"):
+        paths["against"] = reports / f"{report_name(cfg, 'against')}.csv"
     return paths
 
 
@@ -231,6 +271,15 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict) ->
                  f"{E.LEVEL:.0%} paired bootstrap interval over the held-out tasks (the `mean` rows: over networks, "
                  f"each resampled on its own). An interval above 0 says the model picks better than "
                  f"{E.REFERENCE} on such networks.\n", to_markdown(interval_report(_models(cfg, intervals)))]
+    against = tables.get("against")
+    if against is not None and len(against):
+        other = str(cfg.compare.against)
+        text += [f"## Against the same models trained on {other}\n",
+                 f"Test top-1 score of each model trained here minus the same model trained on workspace {other}, "
+                 f"on the held-out tasks both were tested on, mean over seeds, with a {E.LEVEL:.0%} paired bootstrap "
+                 f"interval over those tasks: what this workspace's training data bought.\n",
+                 to_markdown(interval_report(_models(cfg, against)).rename(
+                     columns={f"top-1 minus {E.REFERENCE}": f"top-1 minus trained on {other}"}))]
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
@@ -275,11 +324,14 @@ def run(cfg) -> dict:
     tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
     frame = E.with_random_rows(frame)
     tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), intervals=heldout_intervals(ws, runs))
+    if cfg.compare.get("against"):
+        tables["against"] = against_intervals(cfg, ws, store, runs)
     for k, df in tables.items():
         df.to_csv(paths[k], index=False)
     heldout, splits = tables["heldout"], tables["splits"]
     paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables))
-    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals")]
+    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "against")
+             if k in paths]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
         plots.save(plots.compare_chart(chart, [str(m) for m in cfg.compare.chart_metrics]), paths["png"])
@@ -302,4 +354,5 @@ def run(cfg) -> dict:
         print(f"written: {paths['md']}, {paths['evaluation'].name}, {name}.csv and the tables and charts beside "
               f"them (MLflow run {run_id})")
     return {"runs": len(table), "report": str(paths["md"]), "evaluation": str(paths["evaluation"]),
-            "heldout_rows": len(heldout), "ablation_rows": len(tables["ablation"])}
+            "heldout_rows": len(heldout), "ablation_rows": len(tables["ablation"]),
+            **({"against_rows": len(tables["against"])} if "against" in tables else {})}
