@@ -147,6 +147,7 @@ def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     mine = from_release(grown, tmp_path / "data")
     run_stage("tasks", mine)
     ws = workspace_of(compose(mine))
+    assert [p["name"] for p in R.workspace_release(ws.root)["parts"]] == [base.name, grown.name]
     a = build_table(Workspace(root), "static").frame.sort_values("record_id").reset_index(drop=True)
     b = build_table(ws, "static").frame.sort_values("record_id").reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)

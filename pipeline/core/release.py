@@ -438,8 +438,10 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
             (tmp / DATABASE_FILES[1]).write_bytes(b"".join(line + b"\n" for line in records))
         if not labels:  # the records say what measurements/ says: not measured here yet
             D.sync_records(ws)
+        parts_seen = [{"name": m["name"], "counts": m["counts"], "label_noise": m.get("label_noise")} for _, m in parts]
         atomic_write_bytes(tmp / "release.json", json.dumps(
-            {k: v for k, v in manifest.items() if k != "files"} | {"path": str(release), "labels": labels},
+            {k: v for k, v in manifest.items() if k != "files"} | {"path": str(release), "labels": labels,
+                                                                  "parts": parts_seen},
             indent=2, default=str).encode())
         if then is not None:
             rows.update(then(ws))
