@@ -6,7 +6,9 @@
 
 A dataset release (`<paths.releases>/<dataset>-<target>-<hardware>-v<version>/`, see
 pipeline/core/release.py) carries the tables, the MetaSchedule database, a manifest and
-DATASET.md. Before packing, the tuning records are made to agree with the tables
+DATASET.md; with `release.extends=<base>` it holds only the tasks the base does not and goes
+on under the base's name with the next version (a release grown in parts; dataset=release
+unpacks them as one). Before packing, the tuning records are made to agree with the tables
 (`database.sync_records`), so every record carries its latest run times. A model release
 (`<training release>-<model>-<held out>`) carries the run's MLflow model folder, a manifest
 and MODEL.md with the run's evaluation and its spread over the seeds of the same split.
@@ -116,54 +118,51 @@ def release_root(cfg) -> Path:
     return Path(str(cfg.paths.releases)).expanduser().resolve()
 
 
-def base_of(cfg, info: dict) -> tuple[dict, str, frozenset[str]]:
-    """The release that `release.extends` names, as the manifest entry of the release that
-    extends it (its name, the sha256 of its manifest, and the totals of both), its dataset's
-    name (the name the new release goes on under), and the tasks it already holds (its own and those of every release under it). Refused when its
-    labels are not comparable with this workspace's: another target, another machine or
-    another way of timing."""
+def extension_of(cfg, ws: Workspace, info: dict) -> tuple[dict, frozenset[str]]:
+    """The manifest's information for a release that extends the one `release.extends`
+    names (pipeline/core/release.py `chain`), and the tasks to leave out: those the base and
+    every release under it hold. The new release goes on under the base's dataset name; its
+    manifest names the base, pinned by the sha256 of its manifest, with the totals of both.
+    Refused when the base's labels were taken otherwise (target, machine, repeats, calls,
+    cache flush: labels that do not rank together) or when it holds every task here."""
     folder = R.find(str(cfg.release.extends), R.search_path(release_root(cfg)))
     parts = R.chain(folder)
-    base = parts[-1][1]
-    where = folder / R.MANIFEST
-    mine = {"target": info["target"]["name"], "hardware": R.hardware_slug(info["hardware"]),
-            **{k: (info.get("timing") or {}).get(k) for k in ("repeats", "number", "cache_flush")}}
-    theirs = {"target": base["target"]["name"], "hardware": R.hardware_slug(base["hardware"]),
-              **{k: (base.get("timing") or {}).get(k) for k in ("repeats", "number", "cache_flush")}}
+    base, where = parts[-1][1], folder / R.MANIFEST
+
+    def protocol(m: dict) -> dict:
+        return {"target": m["target"]["name"], "hardware": R.hardware_slug(m["hardware"]),
+                **{k: (m.get("timing") or {}).get(k) for k in ("repeats", "number", "cache_flush")}}
+
+    mine, theirs = protocol(info), protocol(base)
     differ = [f"{k} {mine[k]} here, {theirs[k]} there" for k in mine if mine[k] != theirs[k]]
     if differ:
-        raise R.ReleaseError(f"release.extends={cfg.release.extends}: {where} was made otherwise ({'; '.join(differ)}): "
-                             f"labels taken otherwise do not rank together; release this workspace on its own "
-                             f"(without release.extends)")
-    tasks = frozenset().union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
-                                .to_pylist() for f, _ in parts))
-    networks = set().union(*(m["counts"]["networks"] for _, m in parts))
-    entry = {"name": base["name"], "manifest_sha256": R.sha256(where),
-             "total": {"tasks": sum(m["counts"]["tasks"] for _, m in parts),
-                       "records": sum(m["counts"]["records"] for _, m in parts), "networks": sorted(networks)}}
-    return entry, str(base["dataset"]), tasks
+        raise R.ReleaseError(f"release.extends={cfg.release.extends}: {where} was made otherwise "
+                             f"({'; '.join(differ)}): labels taken otherwise do not rank together; release this "
+                             f"workspace on its own (without release.extends)")
+    drop = frozenset().union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
+                               .to_pylist() for f, _ in parts))
+    if released_rows(ws, "tasks", drop).empty:
+        raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
+                             f"release")
+    info = dataset_info(cfg, ws, drop)
+    counts = [m["counts"] for _, m in parts] + [info["counts"]]
+    total = {"tasks": sum(c["tasks"] for c in counts), "records": sum(c["records"] for c in counts),
+             "networks": sorted(set().union(*(c["networks"] for c in counts)))}
+    extends = {"name": base["name"], "manifest_sha256": R.sha256(where), "total": total}
+    return {**info, "dataset": str(base["dataset"]), "extends": extends}, drop
 
 
 def pack_dataset(cfg, ws: Workspace) -> dict:
     info, drop = dataset_info(cfg, ws), frozenset()
-    if cfg.release.get("extends"):
-        extends, dataset, drop = base_of(cfg, info)
-        info = dataset_info(cfg, ws, drop)
-        total = extends["total"]
-        total.update(tasks=total["tasks"] + info["counts"]["tasks"], records=total["records"] + info["counts"]["records"],
-                     networks=sorted({*total["networks"], *info["counts"]["networks"]}))
-        info = {**info, "dataset": dataset, "extends": extends}
-        if not len(released_rows(ws, "tasks", drop)):
-            raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
-                                 f"release")
-    hardware = str(cfg.release.hardware) if cfg.release.get("hardware") else R.hardware_slug(info["hardware"])
     version = int(cfg.release.version)
-    if info.get("extends"):
+    if cfg.release.get("extends"):
+        info, drop = extension_of(cfg, ws, info)
         base_version = R.version_of(info["extends"]["name"])
         if base_version is None and not cfg.release.get("name"):
             raise R.ReleaseError(f"release.extends={cfg.release.extends}: its name ends with no -v<version> to count "
                                  f"on from: give release.name")
         version = max(version, (base_version or 0) + 1)
+    hardware = str(cfg.release.hardware) if cfg.release.get("hardware") else R.hardware_slug(info["hardware"])
     name = R.check_name(cfg.release.get("name") or R.release_name(info["dataset"], str(cfg.target.name), hardware,
                                                                     version))
     dest = release_root(cfg) / name
