@@ -398,9 +398,8 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
     tmp = staging(root)
     try:
         ws, rows, files = Workspace(tmp), {}, {}
-        workloads, records = [], []
-        for folder, part in parts:
-            offset = len(workloads)
+        offsets = _workload_offsets(parts)
+        for (folder, part), offset in zip(parts, offsets):
             for name in part["tables"]:
                 if not labels and name in LABEL_TABLES:
                     continue
@@ -420,22 +419,13 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
                     out = ws.path(t, device)
                     out.mkdir(parents=True, exist_ok=True)
                     pq.write_table(piece, out / f"part-0000-{uuid.uuid4().hex[:12]}-0.parquet")
-            workloads += [line for _, line in D.nonblank_lines(folder / DATABASE_FILES[0])]
-            shift = {i: i + offset for i in range(len(workloads) - offset)}
-            records += [line if not offset else D.shift_record_line(line.decode(), shift).encode()
-                        for _, line in D.nonblank_lines(folder / DATABASE_FILES[1])]
         for t, pieces in files.items():
             data = pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces, promote_options="permissive")
             meta = dict(pieces[0].schema.metadata or {})
             if t.name == "tasks" and selection is not None:
                 meta[SELECTION_KEY] = selection
             pq.write_table(data.replace_schema_metadata(meta), tmp / t.path)
-        if len(parts) == 1:  # the database as released, byte for byte
-            for f in DATABASE_FILES:
-                shutil.copyfile(release / f, tmp / f)
-        else:
-            (tmp / DATABASE_FILES[0]).write_bytes(b"".join(line + b"\n" for line in workloads))
-            (tmp / DATABASE_FILES[1]).write_bytes(b"".join(line + b"\n" for line in records))
+        _write_database(parts, offsets, tmp)
         if not labels:  # the records say what measurements/ says: not measured here yet
             D.sync_records(ws)
         parts_seen = [{"name": m["name"], "counts": m["counts"], "label_noise": m.get("label_noise")} for _, m in parts]
@@ -453,6 +443,28 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
         return rows
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _workload_offsets(parts: list[tuple[Path, dict]]) -> list[int]:
+    """Where each release's workloads start in the database of the workspace made of them."""
+    counts = [sum(1 for _ in D.nonblank_lines(folder / DATABASE_FILES[0])) for folder, _ in parts]
+    return [sum(counts[:i]) for i in range(len(parts))]
+
+
+def _write_database(parts: list[tuple[Path, dict]], offsets: list[int], dest: Path) -> None:
+    """The MetaSchedule database of the releases `parts` in `dest`: one release's as released,
+    byte for byte; several concatenated, each record pointing at its workload's new index."""
+    if len(parts) == 1:
+        for f in DATABASE_FILES:
+            shutil.copyfile(parts[0][0] / f, dest / f)
+        return
+    with open(dest / DATABASE_FILES[0], "wb") as workloads, open(dest / DATABASE_FILES[1], "wb") as records:
+        for (folder, _), offset in zip(parts, offsets):
+            lines = [line for _, line in D.nonblank_lines(folder / DATABASE_FILES[0])]
+            workloads.writelines(line + b"\n" for line in lines)
+            shift = {i: i + offset for i in range(len(lines))}
+            records.writelines((line if not offset else D.shift_record_line(line.decode(), shift).encode()) + b"\n"
+                               for _, line in D.nonblank_lines(folder / DATABASE_FILES[1]))
 
 
 def visible_entries(root: Path) -> list[Path]:
