@@ -256,9 +256,9 @@ def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, pre
         return run.info.run_id
 
 
-def experiment_runs(uri: str, experiment: str, stage: str = TRAIN) -> pd.DataFrame:
-    """Every finished run of one stage (train or tune) in an experiment; the runs of
-    stage=compare are never training runs."""
+def experiment_runs(uri: str, experiment: str, stage: str = TRAIN, workspace: str | None = None) -> pd.DataFrame:
+    """Every finished run of one stage (train or tune) in an experiment, of the workspace
+    named `workspace` only when given; the runs of stage=compare are never training runs."""
     mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
@@ -269,7 +269,10 @@ def experiment_runs(uri: str, experiment: str, stage: str = TRAIN) -> pd.DataFra
         return pd.DataFrame()
     # runs made before the stage tag: training runs are the ones that name a model
     stage_of = _tag(runs, "stage").fillna(_tag(runs, "model").notna().map({True: TRAIN, False: ""}))
-    return runs[stage_of == stage].reset_index(drop=True)
+    keep = stage_of == stage
+    if workspace is not None:
+        keep &= _tag(runs, "workspace") == workspace
+    return runs[keep].reset_index(drop=True)
 
 
 def workspace_runs(store: Store, stage: str = TRAIN) -> pd.DataFrame:

@@ -168,9 +168,7 @@ def against_intervals(cfg, ws: Workspace, store: tracking.Store, runs: pd.DataFr
     (the same selection of its runs), paired over the held-out tasks both tested on: what
     this workspace's training data bought over the other's."""
     other = str(cfg.compare.against)
-    theirs = tracking.experiment_runs(store.uri, other)
-    if len(theirs):
-        theirs = theirs[theirs.get("tags.workspace", pd.Series(index=theirs.index, dtype=object)) == other]
+    theirs = tracking.experiment_runs(store.uri, other, workspace=other)
     if theirs.empty:
         raise WorkspaceError(f"compare.against={other}: no training run of workspace {other} in {store.uri}: train "
                              f"the same selection there first (stage=train with its dataset), or name another "
