@@ -101,8 +101,10 @@ class EnsembleModel(CostModel):
 
 
 def _union(spec: FeatureSpec, specs: list[FeatureSpec]) -> FeatureSpec:
-    """The table columns any member reads, in the table's order."""
+    """The columns any member reads: the table's in its order, then those a member adds to
+    them (the task's context columns), so that MetaSchedule's candidates get them too."""
     cols = {c for s in specs for c in s.columns}
     stores = {c for s in specs for c in s.store_columns}
-    return FeatureSpec(spec.feature_set, [c for c in spec.columns if c in cols],
+    added = [c for s in specs for c in s.columns if c not in spec.columns]
+    return FeatureSpec(spec.feature_set, [c for c in spec.columns if c in cols] + list(dict.fromkeys(added)),
                        [c for c in spec.store_columns if c in stores], spec.target_kind)

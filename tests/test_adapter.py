@@ -217,7 +217,7 @@ def test_positive_scores_keep_order():
 
 @pytest.fixture(scope="module")
 def store_models(collected_workspace, tmp_path_factory):
-    """The per-store models (MLP, pack-sum GBDTs, their ensemble) and MetaSchedule's XGBModel,
+    """The per-store models (MLP, pack-sum GBDTs, their ensembles) and MetaSchedule's XGBModel,
     trained by stage=train with held-out tasks (split=by_task) into a test-only MLflow store:
     run ids by model name."""
     import mlflow
@@ -225,7 +225,7 @@ def store_models(collected_workspace, tmp_path_factory):
     root, over = collected_workspace
     db = tmp_path_factory.mktemp("mlflow_store_models") / "mlflow.db"
     over = [*over, f"mlflow.tracking_uri=sqlite:///{db}", "features=static", "split=by_task",
-            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ms_xgb,lgbm_ps_rank4_task_roofbase]",
+            "train.models=[mlp,lgbm_ps,lgbm_ps_rank,xgb_ps,ens_ps,ens_ps_rank4,ms_xgb,lgbm_ps_rank4_task_roofbase]",
             "model.mlp.max_epochs=5"]
     run_stage("train", over)
     mlflow.set_tracking_uri(f"sqlite:///{db}")
@@ -233,7 +233,8 @@ def store_models(collected_workspace, tmp_path_factory):
     return root, {m: rid for m, rid in zip(runs["tags.model"], runs["run_id"])}
 
 
-@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ms_xgb", "lgbm_ps_rank4_task_roofbase"])
+@pytest.mark.parametrize("model", ["mlp", "lgbm_ps", "lgbm_ps_rank", "ens_ps", "ens_ps_rank4", "ms_xgb",
+                                   "lgbm_ps_rank4_task_roofbase"])
 def test_store_models_through_metaschedule_predict_and_update(store_models, model):
     """Each per-store path and ms_xgb, called as MetaSchedule's search calls a cost model
     (through the C++ interface): a positive float64 score per candidate that ranks the
