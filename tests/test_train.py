@@ -304,6 +304,14 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     assert Path(out["evaluation"]) == root / "reports" / "evaluation-by_network-static.md"
     assert "## Leave one network out" in report and "## Ablation (ordered by val_top1_score" in report
     assert report.count("| lgbm_ps ") >= 4
+    # each run validated on one whole training network, and the report names them per held-out network
+    validated: dict[str, set] = {}
+    for held, info in zip(runs["tags.heldout"], runs["params.split.info"]):
+        validated.setdefault(held, set()).update(json.loads(info)["val_networks"])
+    assert validated["netA"] and "netA" not in validated["netA"] and "netB" not in validated["netB"]
+    line = next(l for l in report.splitlines() if l.startswith("Validation: one whole training network per run"))
+    for held, nets in validated.items():
+        assert f"{held} {len(nets)} ({', '.join(sorted(nets))})" in line
     assert (root / "reports" / "heldout-by_network-static.png").stat().st_size > 1000
     logged = mlflow.search_runs(experiment_names=[cfg.workspace], filter_string="tags.stage = 'compare'")
     assert len(logged) == 1 and logged["tags.report"].iloc[0] == "compare-by_network-static"

@@ -27,6 +27,7 @@ compare<sel>).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -163,6 +164,21 @@ def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
     return E.paired_intervals(per_task, network_weights(ws)) if len(per_task) else pd.DataFrame()
 
 
+def validation_networks(runs: pd.DataFrame) -> dict[str, list[str]]:
+    """Per held-out network, the training networks its runs validated on (`split.val_unit=network`,
+    from each run's `split.info`): every training network once is nested leave-one-network-out."""
+    if "params.split.info" not in runs.columns:
+        return {}
+    out: dict[str, set] = {}
+    for held, info in zip(runs["tags.heldout"], runs["params.split.info"]):
+        try:
+            nets = json.loads(info).get("val_networks") or []
+        except (TypeError, ValueError, AttributeError):
+            continue
+        out.setdefault(str(held), set()).update(nets)
+    return {held: sorted(nets) for held, nets in sorted(out.items()) if nets}
+
+
 def against_intervals(cfg, ws: Workspace, store: tracking.Store, runs: pd.DataFrame) -> pd.DataFrame:
     """Each model trained here minus the same model trained on workspace `compare.against`
     (the same selection of its runs), paired over the held-out tasks both tested on: what
@@ -197,8 +213,6 @@ def interval_report(table: pd.DataFrame) -> pd.DataFrame:
 def label_noise(ws: Workspace) -> str:
     """The labels' agreement with a re-measurement of the same kernels (the ceiling of any
     model on them), from benchmarks/measurement_noise.py's report or the release's card."""
-    import json
-
     path = ws.root / "reports" / "measurement_noise.json"
     origin = R.workspace_release(ws.root) or {}
     parts = [p for p in origin.get("parts") or [] if p.get("label_noise")]
@@ -256,7 +270,8 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     return paths
 
 
-def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict) -> str:
+def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
+                    validated_on: dict[str, list[str]] | None = None) -> str:
     """evaluation-<...>.md: the held-out networks, the paired intervals, the splits, the ablation."""
     heldout, intervals, splits, ablation = (tables[k] for k in ("heldout", "intervals", "splits", "ablation"))
     text = [f"# Evaluation of workspace {ws.name}: {what}\n",
@@ -264,6 +279,11 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict) ->
             f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
             f"{cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
             f"{select} only (the ablation); the test columns are the report.\n"]
+    if validated_on:
+        text += ["Validation: one whole training network per run (`split.val_unit=network`, the seed-th in name "
+                 "order). The training networks the runs of each held-out network validated on: "
+                 + "; ".join(f"{held} {len(nets)} ({', '.join(nets)})" for held, nets in validated_on.items())
+                 + ".\n"]
     ceiling = label_noise(ws)
     if ceiling:
         text += [f"Label-noise ceiling (`oracle`): {ceiling}\n"]
@@ -333,7 +353,7 @@ def run(cfg) -> dict:
     for k, df in tables.items():
         df.to_csv(paths[k], index=False)
     heldout, splits = tables["heldout"], tables["splits"]
-    paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables))
+    paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables, validation_networks(runs)))
     files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "against")
              if k in paths]
     if len(splits):
