@@ -19,6 +19,7 @@ from pipeline.config import compose, run_stage
 from pipeline.core import database as D
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
+from pipeline.stages.tasks import kept_runs_importer
 from pipeline.tuning import imported
 from pipeline.tuning.comparison import RESULT_FILE
 
@@ -98,6 +99,17 @@ def test_imported_records_are_trained_on_and_never_scored(grown):
 def test_a_network_without_kept_runs_is_refused_with_the_fix(tmp_path):
     with pytest.raises(imported.KeptRunError, match="no kept tuning run of network 'vgg16'.*tuning_networks"):
         imported.kept_runs(RESULTS, ["vgg16"])
+
+
+def test_runs_tuned_on_the_release_a_release_extends_are_found(tmp_path):
+    """A workspace of zoo_ops-llvm-epyc2-v2 (which extends v1) holds v1's tasks: the runs tuned on
+    v1 are its runs too; the folders are searched in turn, the release's own first."""
+    cfg = compose(["dataset=release", "dataset.release=zoo_ops-llvm-epyc2-v2", f"paths.data={tmp_path}",
+                   f"dataset.tuning_networks=[{NETWORK}]", f"dataset.tuning_results={RESULTS.parent}"])
+    assert kept_runs_importer(cfg) is not None
+    assert imported.kept_runs([tmp_path / "none", RESULTS], [NETWORK]) == imported.kept_runs(RESULTS, [NETWORK])
+    with pytest.raises(imported.KeptRunError, match=f"under {tmp_path / 'none'} or {RESULTS}"):
+        imported.kept_runs([tmp_path / "none", RESULTS], ["vgg16"])
 
 
 def test_a_damaged_kept_run_leaves_no_workspace(one_run, tmp_path):

@@ -78,7 +78,9 @@ def kept_runs_importer(cfg):
     # TVM and the feature extractor: imported when runs are imported, not for every release
     from pipeline.tuning import imported
 
-    runs = imported.kept_runs(Path(str(cfg.dataset.tuning_results)) / str(cfg.dataset.name), networks)
+    # runs tuned on this release or on a release it extends: the tasks of each are the workspace's
+    results = Path(str(cfg.dataset.tuning_results))
+    runs = imported.kept_runs([results / m["name"] for _, m in R.chain(release_folder(cfg))[::-1]], networks)
     log.info("importing %d kept tuning runs of %s", len(runs), ", ".join(networks))
     return lambda ws: {f"tuning_{k}": v for k, v in imported.import_runs(ws, runs).items()}
 

@@ -39,16 +39,19 @@ class KeptRunError(WorkspaceError):
     """Kept tuning runs that cannot become records of this workspace."""
 
 
-def kept_runs(results: Path, networks: list[str]) -> list[Path]:
+def kept_runs(results: Path | list[Path], networks: list[str]) -> list[Path]:
     """The run folders under `results` (<results>/<settings>/<network>/<run>/) of `networks`
-    that kept their database, in path order."""
+    that kept their database, in path order; `results` may be several folders (a release's
+    and those of the releases it extends), searched in turn."""
+    folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results]
     runs = []
     for network in networks:
-        found = sorted(p.parent for p in Path(results).glob(f"*/{network}/*/{DATABASE_FILES[1]}.gz"))
+        found = [p.parent for folder in folders for p in sorted(folder.glob(f"*/{network}/*/{DATABASE_FILES[1]}.gz"))]
         if not found:
             raise KeptRunError(
-                f"no kept tuning run of network {network!r} under {results}: tune it with tune.results set "
-                f"(budget=transfer keeps runs in data/tuning), or leave it out of dataset.tuning_networks")
+                f"no kept tuning run of network {network!r} under {' or '.join(str(f) for f in folders)}: tune it "
+                f"with tune.results set (budget=transfer keeps runs in data/tuning), or leave it out of "
+                f"dataset.tuning_networks")
         runs += found
     return runs
 
