@@ -103,8 +103,7 @@ class EnsembleModel(CostModel):
 def _union(spec: FeatureSpec, specs: list[FeatureSpec]) -> FeatureSpec:
     """The columns any member reads: the table's in its order, then those a member adds to
     them (the task's context columns), so that MetaSchedule's candidates get them too."""
-    cols = {c for s in specs for c in s.columns}
+    read = {c for s in specs for c in s.columns}
     stores = {c for s in specs for c in s.store_columns}
-    added = [c for s in specs for c in s.columns if c not in spec.columns]
-    return FeatureSpec(spec.feature_set, [c for c in spec.columns if c in cols] + list(dict.fromkeys(added)),
-                       [c for c in spec.store_columns if c in stores], spec.target_kind)
+    cols = dict.fromkeys([c for c in spec.columns if c in read] + [c for s in specs for c in s.columns])
+    return FeatureSpec(spec.feature_set, list(cols), [c for c in spec.store_columns if c in stores], spec.target_kind)

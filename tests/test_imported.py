@@ -31,7 +31,7 @@ NETWORK = "mobilenet_v2"
 @pytest.fixture(scope="module")
 def one_run() -> Path:
     """A committed random-search run of MobileNet-V2 (640 measured schedules)."""
-    runs = [r for r in imported.kept_runs(RESULTS, [NETWORK]) if r.name == "random-s0"]
+    runs = [r for r in imported.kept_runs([RESULTS], [NETWORK]) if r.name == "random-s0"]
     assert runs, f"no committed random-s0 run of {NETWORK} under {RESULTS}"
     return runs[0]
 
@@ -98,7 +98,7 @@ def test_imported_records_are_trained_on_and_never_scored(grown):
 
 def test_a_network_without_kept_runs_is_refused_with_the_fix(tmp_path):
     with pytest.raises(imported.KeptRunError, match="no kept tuning run of network 'vgg16'.*tuning_networks"):
-        imported.kept_runs(RESULTS, ["vgg16"])
+        imported.kept_runs([RESULTS], ["vgg16"])
 
 
 def test_runs_tuned_on_the_release_a_release_extends_are_found(tmp_path):
@@ -107,7 +107,7 @@ def test_runs_tuned_on_the_release_a_release_extends_are_found(tmp_path):
     cfg = compose(["dataset=release", "dataset.release=zoo_ops-llvm-epyc2-v2", f"paths.data={tmp_path}",
                    f"dataset.tuning_networks=[{NETWORK}]", f"dataset.tuning_results={RESULTS.parent}"])
     assert kept_runs_importer(cfg) is not None
-    assert imported.kept_runs([tmp_path / "none", RESULTS], [NETWORK]) == imported.kept_runs(RESULTS, [NETWORK])
+    assert imported.kept_runs([tmp_path / "none", RESULTS], [NETWORK]) == imported.kept_runs([RESULTS], [NETWORK])
     with pytest.raises(imported.KeptRunError, match=f"under {tmp_path / 'none'} or {RESULTS}"):
         imported.kept_runs([tmp_path / "none", RESULTS], ["vgg16"])
 

@@ -39,11 +39,10 @@ class KeptRunError(WorkspaceError):
     """Kept tuning runs that cannot become records of this workspace."""
 
 
-def kept_runs(results: Path | list[Path], networks: list[str]) -> list[Path]:
-    """The run folders under `results` (<results>/<settings>/<network>/<run>/) of `networks`
-    that kept their database, in path order; `results` may be several folders (a release's
-    and those of the releases it extends), searched in turn."""
-    folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results]
+def kept_runs(folders: list[Path], networks: list[str]) -> list[Path]:
+    """The run folders (<folder>/<settings>/<network>/<run>/) of `networks` that kept their
+    database, in path order, searched in `folders` in turn (a release's kept runs, then those
+    of the releases it extends)."""
     runs = []
     for network in networks:
         found = [p.parent for folder in folders for p in sorted(folder.glob(f"*/{network}/*/{DATABASE_FILES[1]}.gz"))]
