@@ -158,6 +158,9 @@ def test_network_tune_with_held_out_model(trained_store):
     assert (e2e["e2e_latency_ms"] > 0).all() and (e2e.loc[e2e["cost_model"] != "untuned", "seeds"] == 2).all()
     per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv")
     assert len(per_seed) == 7 and (per_seed.loc[per_seed["cost_model"] != "untuned", "tuned_tasks"] == 2).all()
+    # every run timed the untuned network beside it: the machine's reference, and a speedup over it
+    tuned = per_seed[per_seed["cost_model"] != "untuned"]
+    assert (tuned["untuned_ms"] > 0).all() and np.isfinite(tuned["speedup_vs_untuned"]).all()
     budget = pd.read_csv(reports / "tune-bert_encoder_budget.csv").set_index("cost_model")
     assert list(budget.index) == ["ours", "ours_update", "xgb"] and (budget["seeds"] == 2).all()
     last = budget.columns[-1]  # 2 tasks x 2 trials: marks at trials 1, 2, 3 and 4
@@ -183,6 +186,7 @@ def test_network_tune_with_held_out_model(trained_store):
     assert len(children) - len(whole) == len(summary)
     assert sorted(whole["tags.cost_model"]) == ["ours", "ours_update", "untuned", "xgb"]
     assert (whole["metrics.e2e_latency_ms_min"] <= whole["metrics.e2e_latency_ms"]).all()
+    assert (whole.loc[whole["tags.cost_model"] != "untuned", "metrics.speedup_vs_untuned"] > 0).all()
     # a model that saw a tuned task is refused before any tuning
     with pytest.raises(TuneError, match="was trained on 1 of the 1 tuned tasks"):
         run_stage("tune", [*over, *TINY, "tune.require_held_out=true", f"tune.model_uri={uri}"])
@@ -292,6 +296,33 @@ def test_report_spread_over_seeds_and_network_rows():
     es = R.end_to_end_summary(e2e).set_index("cost_model")
     assert es.loc["ours", "e2e_latency_ms"] == 11.0 and es.loc["ours", "e2e_latency_ms_min"] == 8.0
     assert es.loc["ours", "speedup_vs_xgb"] == pytest.approx(1.0) and list(es.index) == ["ours", "xgb"]
+
+
+def test_runs_timed_on_machines_that_differ_are_named_in_the_report():
+    """Each network run times the untuned network beside it: a spread over 10% between runs (or
+    against this invocation's untuned row) is named, runs kept without it are counted, and the
+    speedup over the untuned network is per run."""
+    from pipeline.tuning import report as R
+
+    def table(beside: dict, now: float) -> pd.DataFrame:
+        rows = [{"network": "net", "cost_model": cm, "seed": 0, "e2e_latency_ms": e2e, "untuned_ms": u,
+                 "tuning_min": 1.0, "trials": 4} for cm, (e2e, u) in beside.items()]
+        return pd.DataFrame([*rows, {"network": "net", "cost_model": "untuned", "seed": -1, "e2e_latency_ms": now,
+                                     "tuning_min": 0.0, "trials": 0}])
+
+    same = table({"xgb": (90.0, 100.0), "ours": (80.0, 104.0)}, 101.0)
+    assert R.machine_note(same) is None
+    sp = R.with_untuned_speedup(same).set_index("cost_model")["speedup_vs_untuned"]
+    assert sp["xgb"] == pytest.approx(100 / 90) and sp["ours"] == pytest.approx(1.3) and sp["untuned"] == 1.0
+    assert R.end_to_end_summary(same).set_index("cost_model").loc["ours", "speedup_vs_untuned"] == pytest.approx(1.3)
+    slower = R.machine_note(table({"xgb": (90.0, 100.0), "ours": (110.0, 121.0)}, 120.0))
+    assert "100 to 121 ms (x1.21)" in slower and "do not compare" in slower
+    assert "did not time" not in slower
+    kept = R.machine_note(table({"xgb": (90.0, float("nan")), "ours": (80.0, 100.0)}, 102.0))
+    assert kept == ("Machines: 1 of 2 runs did not time the untuned network beside them, so whether they were "
+                    "timed on one machine is not known.")
+    old = table({"xgb": (90.0, 0.0), "ours": (80.0, 0.0)}, 120.0).drop(columns="untuned_ms")
+    assert "2 of 2 runs" in R.machine_note(old) and R.with_untuned_speedup(old)["speedup_vs_untuned"].isna().sum() == 2
 
 
 def test_paired_speedup_known_answers():

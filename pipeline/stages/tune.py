@@ -184,6 +184,9 @@ def run(cfg) -> dict:
         ours_uri=p.ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
         caveat=p.caveat, notes=p.notes)
     print("\n" + report.text)
+    machines = tuning_report.machine_note(result.end_to_end) if network else None
+    if machines:
+        log.warning("%s", machines)
     info = p.ours.info if p.ours is not None else {}
     run_id = tracking.log_tune_run(
         tracking_store(cfg), files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),

@@ -156,16 +156,22 @@ class Network:
                                            num_threads=setup.threads, scheduler=setup.scheduler)
         t0 = time.perf_counter()
         latency = network_latency(db, self.mod, setup.target, self.inputs, **setup.evaluator)
+        e2e_s = time.perf_counter() - t0
+        # the untuned network timed beside it: the machine's reference, so that runs kept from
+        # another machine (or a slower day of a shared one) are seen as such (report.machine_note)
         return RunResult([asdict(t) for t in got], wall,
                          {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got),
-                          "tuned_tasks": len(self.tasks), "e2e_s": time.perf_counter() - t0})
+                          "tuned_tasks": len(self.tasks), "e2e_s": e2e_s,
+                          "untuned_ms": self.untuned_latency(setup) * 1e3})
+
+    def untuned_latency(self, setup: Setup) -> float:
+        """Seconds of one call of the network without any tuning record (default schedules)."""
+        return network_latency(ms.database.MemoryDatabase(), self.mod, setup.target, self.inputs, **setup.evaluator)
 
     def untuned(self, setup: Setup) -> dict:
-        """The end-to-end row of the network without any tuning record (default schedules)."""
-        latency = network_latency(ms.database.MemoryDatabase(), self.mod, setup.target, self.inputs,
-                                  **setup.evaluator)
-        return {"network": self.name, "cost_model": "untuned", "seed": -1, "e2e_latency_ms": latency * 1e3,
-                "tuning_min": 0.0, "trials": 0, "tuned_tasks": 0}
+        """The end-to-end row of the network without any tuning record."""
+        return {"network": self.name, "cost_model": "untuned", "seed": -1,
+                "e2e_latency_ms": self.untuned_latency(setup) * 1e3, "tuning_min": 0.0, "trials": 0, "tuned_tasks": 0}
 
 
 @dataclass

@@ -249,15 +249,53 @@ def budget_table(curve: pd.DataFrame, baseline: str = "xgb", points: int = 5) ->
     return pd.DataFrame(rows)
 
 
-def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
-    """Per cost model over seeds: end-to-end latency mean, min, max and speedup over the
-    baseline's mean."""
+# Runs whose untuned network took more than this much longer than another's were timed on
+# machines (or days of a shared one) that differ: their latencies do not compare.
+MACHINE_TOLERANCE = 0.10
+
+
+def with_untuned_speedup(end_to_end: pd.DataFrame) -> pd.DataFrame:
+    """`speedup_vs_untuned` per run: the untuned network timed beside the run (`untuned_ms`) /
+    the run's end-to-end latency; a speedup compares across machines where latencies do not.
+    Runs kept before the untuned network was timed beside each run have none."""
     if end_to_end.empty:
         return end_to_end
+    untuned = end_to_end["untuned_ms"] if "untuned_ms" in end_to_end else pd.Series(np.nan, index=end_to_end.index)
+    untuned = untuned.where(end_to_end["cost_model"] != "untuned", end_to_end["e2e_latency_ms"])
+    return end_to_end.assign(untuned_ms=untuned, speedup_vs_untuned=untuned / end_to_end["e2e_latency_ms"])
+
+
+def machine_note(end_to_end: pd.DataFrame, tolerance: float = MACHINE_TOLERANCE) -> str | None:
+    """What the untuned network's timings say of where a network's runs were timed: None when
+    every run timed it beside itself and all of them (and this invocation's untuned row) agree
+    within `tolerance`; else the spread, and how many runs did not time it."""
+    if end_to_end.empty:
+        return None
+    runs = end_to_end[end_to_end["cost_model"] != "untuned"]
+    beside = runs["untuned_ms"] if "untuned_ms" in runs else pd.Series(np.nan, index=runs.index)
+    known = pd.concat([beside.dropna(), end_to_end.loc[end_to_end["cost_model"] == "untuned", "e2e_latency_ms"]])
+    parts = []
+    if len(known) and known.max() > known.min() * (1 + tolerance):
+        parts.append(f"the untuned network took {known.min():.4g} to {known.max():.4g} ms (x{known.max() / known.min():.2f}) "
+                     f"beside these runs: they were timed on machines that differ by more than {tolerance:.0%}, so "
+                     f"their latencies (trials to reach, paired, end to end) do not compare; their end-to-end "
+                     f"speedups over the untuned network (`speedup_vs_untuned`) do")
+    if beside.isna().any():
+        parts.append(f"{int(beside.isna().sum())} of {len(runs)} runs did not time the untuned network beside them, "
+                     f"so whether they were timed on one machine is not known")
+    return f"Machines: {'; '.join(parts)}." if parts else None
+
+
+def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
+    """Per cost model over seeds: end-to-end latency mean, min, max, speedup over the
+    baseline's mean and mean speedup over the untuned network timed beside each run."""
+    if end_to_end.empty:
+        return end_to_end
+    end_to_end = with_untuned_speedup(end_to_end)
     g = end_to_end.groupby("cost_model", sort=False)
     out = g.agg(seeds=("seed", "nunique"), trials=("trials", "max"), e2e_latency_ms=("e2e_latency_ms", "mean"),
                 e2e_latency_ms_min=("e2e_latency_ms", "min"), e2e_latency_ms_max=("e2e_latency_ms", "max"),
-                tuning_min=("tuning_min", "mean")).reset_index()
+                tuning_min=("tuning_min", "mean"), speedup_vs_untuned=("speedup_vs_untuned", "mean")).reset_index()
     base = out.loc[out["cost_model"] == baseline, "e2e_latency_ms"]
     out[f"speedup_vs_{baseline}"] = float(base.iloc[0]) / out["e2e_latency_ms"] if len(base) else np.nan
     order = _ordered(out["cost_model"])
@@ -418,6 +456,7 @@ def _network_section(network: str, curve: pd.DataFrame, end_to_end: pd.DataFrame
                                       folder / f"{prefix}_network.png")
     e2e = pd.DataFrame()
     if len(end_to_end):
+        end_to_end = with_untuned_speedup(end_to_end)
         base = end_to_end[end_to_end["cost_model"] == baseline].set_index("seed")["e2e_latency_ms"]
         end_to_end = end_to_end.assign(**{f"speedup_vs_{baseline}": [
             base.get(s, np.nan) / v for s, v in zip(end_to_end["seed"], end_to_end["e2e_latency_ms"])]})
@@ -463,7 +502,8 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, *,
     files["curves_time_png"] = plots.save(plot_time_curves(trials, curves_title.replace("vs trials", "vs time")),
                                           folder / f"{prefix}_curves_time.png")
     text = [f"# Tuning: {heading}\n\n"]
-    text += [f"> **{caveat}**\n\n"] if caveat else []
+    machines = machine_note(end_to_end) if network is not None else None
+    text += [f"> **{x}**\n\n" for x in (caveat, machines) if x]
     text += [f"{n}\n\n" for n in notes or []]
     text += [f"ours = {ours_uri}\n" if ours_uri else "",
              f"\n## Trials to reach {baseline}'s final best (mean [min, max] over the seeds that reached it; "

@@ -1,0 +1,88 @@
+"""Whether kept tuning runs were timed on a machine like this one: their databases re-timed here.
+
+    python benchmarks/kept_runs_on_this_machine.py FOLDER [overrides] [--runs xgb-s0,random-s0]
+
+FOLDER holds a network's kept runs (`data/tuning/<workspace>/<comparison>/<network>`, one
+folder per run with `result.json` and the gzipped database). The Hydra overrides build the
+network as the comparison's stage=tune did (`dataset=release dataset.release=... budget=transfer
+tune.tasks=resnet18`; `tune.tasks` defaults to FOLDER's name). In one run, with the runner's
+evaluator settings (`tune.runner.number`, `repeat`, `min_repeat_ms`), it times the untuned
+network and then the network compiled with each run's database, and prints per run its kept
+end-to-end latency, the one timed now and their ratio, and the untuned network now against
+the one timed beside the run (where the run kept it). The same schedules timed on the same
+kind of machine give ratios near 1; a machine that times them slower or faster gives that
+factor for every run, and runs kept from it compare with runs tuned here only as speedups
+over the untuned network (`speedup_vs_untuned` of the tuning report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def fail(msg: str) -> None:
+    print(f"kept_runs_on_this_machine: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", type=Path, help="a network's kept runs (data/tuning/<workspace>/<comparison>/<network>)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides that build the network as stage=tune did")
+    p.add_argument("--runs", default="", help="comma-separated run folders (default: every run with a database)")
+    args = p.parse_args()
+    from tvm.s_tir import meta_schedule as ms
+
+    from pipeline.config import compose
+    from pipeline.options import task_choice
+    from pipeline.tuning import tasks as tuning_tasks
+    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, network_latency, open_database
+
+    folder = args.folder
+    if not folder.is_dir():
+        fail(f"{folder}: no such folder; name a network's folder of kept runs, e.g. "
+             f"data/tuning/zoo_ops-llvm-epyc2-v1/d2071fdd493f/resnet18")
+    names = [n for n in args.runs.split(",") if n] or sorted(
+        d.name for d in folder.iterdir() if (d / RESULT_FILE).exists() and (d / f"{DATABASE_FILES[1]}.gz").exists())
+    missing = [n for n in names if not (folder / n / RESULT_FILE).exists()]
+    if missing or not names:
+        fail(f"{folder}: no kept run {', '.join(missing) or '(none with a database)'}; its run folders: "
+             f"{', '.join(sorted(d.name for d in folder.iterdir() if d.is_dir())) or 'none'}")
+    overrides = ["stage=tune", *args.overrides]
+    if not any(o.startswith("tune.tasks=") for o in overrides):
+        overrides.append(f"tune.tasks={folder.name}")
+    cfg = compose(overrides)
+    net, target = tuning_tasks.network(task_choice(cfg), str(cfg.tune.tasks))
+    r = cfg.tune.runner
+    evaluator = {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms)}
+    untuned = network_latency(ms.database.MemoryDatabase(), net.mod, target, net.inputs, **evaluator) * 1e3
+    print(f"{net.name}: untuned {untuned:.1f} ms now; evaluator {evaluator}; load average {os.getloadavg()[0]:.2f}")
+    print(f"{'run':32s} {'kept ms':>9s} {'now ms':>9s} {'now/kept':>8s} {'untuned kept':>12s}")
+    ratios = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            kept = json.loads((folder / name / RESULT_FILE).read_text()).get("end_to_end") or {}
+            if "e2e_latency_ms" not in kept:
+                print(f"{name:32s} (no end-to-end latency kept: not a network run)")
+                continue
+            db = open_database(folder / name, Path(scratch) / name)
+            now = network_latency(db, net.mod, target, net.inputs, **evaluator) * 1e3
+            ratio = now / float(kept["e2e_latency_ms"])
+            ratios.append(ratio)
+            beside = kept.get("untuned_ms")
+            print(f"{name:32s} {kept['e2e_latency_ms']:9.1f} {now:9.1f} {ratio:8.3f} "
+                  f"{f'{beside:.1f}' if beside else 'not kept':>12s}")
+    if ratios:
+        print(f"this machine / the kept runs' machine: x{np.median(ratios):.3f} (median over {len(ratios)} runs, "
+              f"range {min(ratios):.3f}-{max(ratios):.3f}); load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
