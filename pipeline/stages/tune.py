@@ -184,13 +184,12 @@ def run(cfg) -> dict:
         ours_uri=p.ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
         caveat=p.caveat, notes=p.notes)
     print("\n" + report.text)
-    machines = tuning_report.machine_note(result.end_to_end) if network else None
-    if machines:
-        log.warning("%s", machines)
+    if report.machines:
+        log.warning("%s", report.machines)
     info = p.ours.info if p.ours is not None else {}
     run_id = tracking.log_tune_run(
         tracking_store(cfg), files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
-        end_to_end=result.end_to_end, run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
+        end_to_end=tuning_report.with_untuned_speedup(result.end_to_end), run_name=f"tune-{network or kind}", baseline=tuning_kinds.BASELINE,
         tags={"workspace": cfg.workspace, "workspace_path": str(ws.root), "tune.tasks": str(network or kind),
               "ours_uri": str(p.ours_uri or ""), "ours_run_id": str(info.get("run_id") or ""),
               "ours_model": str(info.get("model") or ""), "ours_version": str(info.get("version") or ""),

@@ -435,6 +435,7 @@ class Report:
     text: str  # the markdown report
     files: dict[str, Path]  # what was written
     end_to_end: pd.DataFrame = field(default_factory=pd.DataFrame)  # over seeds per cost model (networks)
+    machines: str | None = None  # machine_note of a network's runs (None: one machine, or not a network)
 
 
 def _paired_section(detail: pd.DataFrame, baseline: str, files: dict, path: Path) -> list[str]:
@@ -519,4 +520,4 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, *,
         text += ["\n## Failed runs\n\n", markdown(errs)]
     files["report_md"] = folder / f"{prefix}.md"
     files["report_md"].write_text("".join(text))
-    return Report(table, "".join(text), files, e2e)
+    return Report(table, "".join(text), files, e2e, machines)
