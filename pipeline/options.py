@@ -95,6 +95,11 @@ def device_kind(cfg) -> str:
     return "cuda" if str(cfg.target.kind) == "cuda" else "cpu"
 
 
+def cuda_arch_of(cfg) -> str | None:
+    """The CUDA architecture a CUDA target's kernels are built for (`target.tvm.arch`), else None."""
+    return str(cfg.target.tvm.get("arch")) if device_kind(cfg) == "cuda" and cfg.target.tvm.get("arch") else None
+
+
 def measure_settings(cfg, *, results_of: str = "measure") -> MeasureSettings:
     """The `measure` and `bundle` groups, the target's device and the shard, for the run modes
     (pipeline/runner/modes.py); `results_of`: the group whose `results` an import reads
@@ -113,7 +118,7 @@ def measure_settings(cfg, *, results_of: str = "measure") -> MeasureSettings:
                            batch_size=int(m.batch_size), bundle_runtime=bool(m.bundle_runtime), results=results,
                            shard_index=int(cfg.shard.index), shard_count=int(cfg.shard.count), force=bool(cfg.force),
                            device_name=str(cfg.target.device), check_per_task=int(m.check_per_task),
-                           results_option=f"{results_of}.results", bundle=bundle)
+                           results_option=f"{results_of}.results", bundle=bundle, cuda_arch=cuda_arch_of(cfg))
 
 
 def profiler_settings(cfg) -> ProfilerSettings:

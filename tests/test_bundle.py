@@ -110,6 +110,13 @@ def test_collect_bundle_runs_in_a_fresh_venv_and_imports_back(measured_workspace
     assert sum("ncu: not found on PATH" in line for line in run.stdout.splitlines()) == 1
     assert f"measure: {len(built)}/{len(built)} kernels done (0 failed)" in run.stdout
     packed = host / "results-part-0.tar.gz"
+    # A time limit already passed: no chunk starts, the results say why, and the same
+    # command without the limit goes on from there.
+    cut = subprocess.run([str(py), "run_part.py", "--results", "cut", "--time-limit-s", "0"], cwd=part, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert cut.returncode == 0 and "time limit of 0 s reached" in cut.stdout
+    assert json.loads((part / "cut" / "status.json").read_text())["stopped"] == "time limit"
+    assert not (part / "cut" / "measure.jsonl").exists()
     # Run again: everything is done, nothing is timed twice.
     again = subprocess.run(["sh", "-c", cmd], cwd=part, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "install:" not in again.stdout

@@ -184,14 +184,14 @@ def test_a_chatty_child_without_a_device_fails_every_job_with_the_reason(kernels
 
 def test_the_harness_is_standalone():
     """It runs from a bundle on a host without the project: its modules import one another
-    (relative imports), the standard library, NumPy, TVM and nvtx only."""
+    (relative imports), the standard library, NumPy, TVM (with its FFI package) and nvtx only."""
     names = set()
     for f in sorted(harness.HARNESS.glob("*.py")):
         tree = ast.parse(f.read_text())
         names |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         names |= {n.module.split(".")[0] for n in ast.walk(tree)
                   if isinstance(n, ast.ImportFrom) and n.module and n.level == 0}
-    assert names - set(sys.stdlib_module_names) <= {"numpy", "tvm", "nvtx", "cuda"}
+    assert names - set(sys.stdlib_module_names) <= {"numpy", "tvm", "tvm_ffi", "nvtx", "cuda"}
 
 
 def test_a_copy_of_the_harness_runs_as_its_own_package(kernels, tmp_path):
@@ -209,3 +209,46 @@ def test_a_copy_of_the_harness_runs_as_its_own_package(kernels, tmp_path):
     (done,) = [e for e in harness.read_events(out) if e["event"] == "done"]
     assert done["record_id"] == "a" and not done.get("error") and done["run_secs"]
     assert "harness: 1 ran, 0 failed" in run.stdout
+
+
+def test_exported_cuda_source_compiles_for_the_kernels_arch(monkeypatch):
+    """A CUDA kernel exported here holds CUDA source that the GPU host compiles when it loads
+    it; the harness's compile callback needs no TVM compiler (a bundle has the runtime only)
+    and compiles for the architecture the kernels were built for."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc (CUDA toolkit) is not installed: CUDA kernels cannot be built here")
+    import tvm
+    import tvm.s_tir as st
+    import tvm_ffi
+    from tvm import te
+    from tvm.support import nvcc as tvm_nvcc
+
+    a = te.placeholder((1024,), name="A")
+    b = te.compute((1024,), lambda i: a[i] * 2, name="B")
+    sch = st.Schedule(te.create_prim_func([a, b]))
+    (i,) = sch.get_loops(sch.get_sblock("B"))
+    bx, tx = sch.split(i, [None, 128])
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    source = tvm.compile(sch.mod, target=tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})).mod.imports[0]
+    source = source.inspect_source()
+    assert "__global__" in source
+
+    class H100:
+        compute_version = "9.0"
+
+    monkeypatch.delenv(harness.CUDA_ARCH_ENV, raising=False)
+    assert harness.instruments.cuda_arch(H100()) == "sm_90"  # the device's own without the bundle's
+    monkeypatch.setenv(harness.CUDA_ARCH_ENV, "sm_90a")
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "nvcc")
+    try:
+        assert harness.use_cuda_compiler(H100()) == "nvcc sm_90a"
+        cubin = bytes(tvm_ffi.get_global_func("tvm_callback_cuda_compile")(source))
+    finally:
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", tvm_nvcc.tvm_callback_cuda_compile, override=True)
+    assert cubin[:4] == b"\x7fELF"
+    monkeypatch.setenv("TVM_CUDA_COMPILE_MODE", "clang")
+    with pytest.raises(ValueError, match="TVM_CUDA_COMPILE_MODE='clang'"):
+        harness.use_cuda_compiler(H100())
+    with pytest.raises(RuntimeError, match="nvcc failed for sm_90a"):
+        harness.nvcc_cubin("this is not CUDA", "sm_90a")

@@ -50,6 +50,9 @@ def test_a_part_runs_the_profiler_of_the_host_and_only_that(tmp_path, local_exec
     ncu = profilers.create("ncu", options.profiler_settings(cfg))
     spec = export.part_spec(ncu)
     assert spec["device"] == "cuda" and spec["measure"]["options"]["repeat"] == cfg.measure.repeat
+    # the host compiles the kernels' CUDA source for the arch they were built for
+    assert spec["cuda_arch"] == "sm_90a" == cfg.target.tvm.arch
+    assert options.measure_settings(compose([])).cuda_arch is None
     assert spec["ncu"]["chunk"] == 4 and spec["ncu"]["timeout_s"] == cfg.bundle.ncu_timeout_s
     args = spec["ncu"]["args"]
     assert args[args.index("--section-folder") + 1] == bundle.SECTIONS_ARG and "{report}.ncu-rep" in args

@@ -60,7 +60,7 @@ def runtime_tree(dest: Path) -> Path:
 
 
 def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing: dict, timeout_s: float,
-                  with_runtime: bool) -> Path:
+                  with_runtime: bool, cuda_arch: str | None = None) -> Path:
     """Write the bundle folder and its .tar.gz; returns the archive's path."""
     if dest.exists():
         shutil.rmtree(dest)
@@ -75,6 +75,8 @@ def export_bundle(root: Path, jobs: list[dict], dest: Path, device: str, timing:
     (dest / "jobs.jsonl").write_text("".join(json.dumps(j) + "\n" for j in jobs))
     shutil.copytree(harness.HARNESS, dest / "harness", ignore=shutil.ignore_patterns("__pycache__"))
     cmd = RUN_COMMAND.format(device=device, timeout=timeout_s)
+    if cuda_arch:  # the exported CUDA source is compiled for it when the host loads a kernel
+        cmd = f"{harness.CUDA_ARCH_ENV}={cuda_arch} {cmd}"
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in timing.items())
     (dest / "RUN.txt").write_text(f"{cmd} {flags}\n")
     if with_runtime:

@@ -77,6 +77,7 @@ class MeasureSettings:
     check_per_task: int = 2
     results_option: str = "measure.results"
     bundle: BundleSettings = field(default_factory=BundleSettings)
+    cuda_arch: str | None = None  # the CUDA target's arch: exported source is compiled for it on the host
 
     def timer_options(self) -> dict:
         """The timer instrument's options (MetaSchedule runner semantics)."""
@@ -206,7 +207,8 @@ class Export(Mode):
     def results(self, jobs):
         s = self.settings
         archive = bundle.export_bundle(self.root, jobs, self.root / f"bundle-{s.shard_index}", s.device,
-                                       s.harness_options(), float(s.timeout_s), bool(s.bundle_runtime))
+                                       s.harness_options(), float(s.timeout_s), bool(s.bundle_runtime),
+                                       cuda_arch=s.cuda_arch)
         log.info("wrote %s (%d kernels); run RUN.txt's command on the device host, then "
                  "`python -m pipeline stage=measure measure.mode=import measure.results=<results.jsonl>`",
                  archive, len(jobs))
@@ -220,7 +222,7 @@ class Export(Mode):
         """part.json of collect's bundle: where the kernels run, the timer's options and, for a
         profiler that runs on the host, its command."""
         s = self.settings
-        spec = dict(device=s.device, python=s.bundle.python, ncu=None,
+        spec = dict(device=s.device, python=s.bundle.python, ncu=None, cuda_arch=s.cuda_arch,
                     measure=dict(options=s.harness_options(), timeout_s=float(s.timeout_s)))
         if profiler.on_device_host:
             spec["ncu"] = dict(profiler.host_command(bundle.SECTIONS_ARG), timeout_s=float(s.bundle.ncu_timeout_s),

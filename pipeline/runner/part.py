@@ -9,14 +9,15 @@ standard library to start (the host needs NumPy for the harness). One command pe
 1. install: the part's wheels (`wheels/`, made for the host's Python and platform) go
    into `site/` with `pip install --no-index --find-links wheels --target site` (no
    registry is asked); skipped when `site/` already holds them.
-2. measure: the kernel harness (`python -m harness`, timer instrument) times every kernel of
-   `jobs.jsonl` into `<results>/measure.jsonl` (start/done events).
-3. ncu (when the part asks for it and `ncu` is on PATH): the harness again over the same
-   kernels, NVTX instrument, under `ncu --nvtx --nvtx-include ...` in chunks of
-   `ncu_chunk` kernels; events in `<results>/ncu.jsonl`, one `.ncu-rep` per ncu run. The
-   reports are read back on the build machine (`collect.mode=import`), so the host needs
-   neither the report reader nor the project. Without ncu the part says so in one line
-   and the measurements still come back.
+2. measure and profile, chunk after chunk (`ncu_chunk` kernels, `measure_chunk` without
+   ncu): the kernel harness (`python -m harness`, timer instrument) times the chunk's
+   kernels into `<results>/measure.jsonl` (start/done events); then, when the part asks
+   for ncu and `ncu` is on PATH, the harness again over the same kernels, NVTX instrument,
+   under `ncu --nvtx --nvtx-include ...`: events in `<results>/ncu.jsonl`, one `.ncu-rep`
+   per chunk. A run cut short by `--time-limit-s` thus leaves every finished kernel with
+   both its time and its profile. The reports are read back on the build machine
+   (`collect.mode=import`), so the host needs neither the report reader nor the project.
+   Without ncu the part says so in one line and the measurements still come back.
 
 Both steps resume: the harness skips kernels that already have a `done` event in the
 results folder, so the same command after an interruption (or with `--resume` of the
@@ -38,6 +39,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# The harness's variable for the CUDA architecture of the kernels (harness/instruments.py).
+CUDA_ARCH_ENV = "TCP_CUDA_ARCH"
+# Kernels per chunk of a part without ncu (with ncu: its `chunk`).
+DEFAULT_MEASURE_CHUNK = 64
 # The first-line answers of the steps that cannot run, with the fix.
 NCU_ABSENT = ("ncu: not found on PATH ({exe!r}): the Nsight Compute step is skipped, the measurements "
               "come back; install Nsight Compute or pass --ncu /path/to/ncu and run this command again")
@@ -83,10 +88,13 @@ def install(spec: dict, site: Path) -> None:
     marker.write_text("\n".join(w.name for w in wheels))
 
 
-def environment(site: Path) -> dict:
+def environment(site: Path, spec: dict | None = None) -> dict:
     """The harness's environment: the runtime-only TVM and the installed wheels first on the
-    path, the CUDA runtime of a shipped wheel (libcudart) visible to the loader."""
+    path, the CUDA runtime of a shipped wheel (libcudart) visible to the loader, and the CUDA
+    architecture the kernels were built for (their source is compiled for it when loaded)."""
     env = dict(os.environ, TVM_USE_RUNTIME_LIB="1", PYTHONUNBUFFERED="1")
+    if spec and spec.get("cuda_arch"):
+        env.setdefault(CUDA_ARCH_ENV, str(spec["cuda_arch"]))
     paths = [str(p) for p in (HERE / "runtime", site) if p.exists()]
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     libs = sorted(glob.glob(str(site / "nvidia" / "*" / "lib"))) + sorted(glob.glob(str(site / "nvidia" / "cu*" /
@@ -120,7 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", type=Path, help="unpack an earlier run's packed results first")
     ap.add_argument("--ncu", default="ncu", help="the ncu executable")
     ap.add_argument("--time-limit-s", type=float, default=None,
-                    help="start no further ncu chunk after this many seconds (then pack; resume later)")
+                    help="start no further chunk after this many seconds (then pack; resume later)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     spec = json.loads((HERE / "part.json").read_text())
@@ -136,14 +144,7 @@ def main(argv=None) -> int:
     try:
         site = HERE / "site"
         install(spec, site)
-        env = environment(site)
-        meas = res / "measure.jsonl"
-        m = spec["measure"]
-        say("measure: timer instrument")
-        status["measure_rc"] = harness(spec, HERE / "jobs.jsonl", meas, "timer", m["options"], m["timeout_s"], env)
-        progress("measure", meas, len(jobs), t0)
-        if spec.get("ncu"):
-            status["ncu"] = profile(spec, jobs, res, env, a, t0)
+        status.update(run_chunks(spec, jobs, res, environment(site, spec), a, t0))
     finally:
         status["seconds"] = round(time.monotonic() - t0, 1)
         (res / "status.json").write_text(json.dumps(status, indent=1) + "\n")
@@ -157,31 +158,61 @@ def main(argv=None) -> int:
     return 0
 
 
-def profile(spec: dict, jobs: list[dict], res: Path, env: dict, a, t0: float) -> str:
-    """The ncu step; returns what became of it (for status.json)."""
-    n = spec["ncu"]
+def ncu_state(spec: dict, a) -> tuple[str | None, str | None]:
+    """(the ncu executable, None) when the part profiles here, else (None, why not)."""
+    if not spec.get("ncu"):
+        return None, "not asked"
     exe = shutil.which(a.ncu)
     if not exe:
         say(NCU_ABSENT.format(exe=a.ncu))
-        return "ncu absent"
-    events, log = res / "ncu.jsonl", res / "ncu.log"  # the harness logs its children to <out>.log
-    wrap = [exe] + [arg.replace("{report}", str(res / "ncu-{n}")).replace("{part}", str(HERE)) for arg in n["args"]]
-    size = max(1, int(n["chunk"]))
-    todo = [j for j in jobs if j["record_id"] not in done_ids(events)]
-    say(f"ncu: {len(todo)} kernels to profile, {size} per ncu run")
-    for start in range(0, len(todo), size):
+        return None, "ncu absent"
+    return exe, None
+
+
+def run_chunks(spec: dict, jobs: list[dict], res: Path, env: dict, a, t0: float) -> dict:
+    """Measure, then profile, one chunk of kernels after the other, until all are done or
+    the time limit is passed; returns what ran (for status.json)."""
+    meas, events = res / "measure.jsonl", res / "ncu.jsonl"
+    m, n = spec["measure"], spec.get("ncu")
+    exe, ncu_status = ncu_state(spec, a)
+    size = max(1, int(n["chunk"] if n else m.get("chunk", DEFAULT_MEASURE_CHUNK)))
+    say(f"measure{' and ncu' if exe else ''}: chunks of {size} kernels")
+    out = {"measure_rc": 0}
+    for start in range(0, len(jobs), size):
+        chunk = jobs[start:start + size]
+        measured, profiled = done_ids(meas), done_ids(events)
+        if all(j["record_id"] in measured and (not exe or j["record_id"] in profiled) for j in chunk):
+            continue
         if a.time_limit_s is not None and time.monotonic() - t0 > a.time_limit_s:
-            say(f"ncu: time limit of {a.time_limit_s:g} s reached; run the command again (--resume) for the rest")
-            return "stopped at the time limit"
-        chunk = res / "ncu-chunk.jsonl"
-        chunk.write_text("".join(json.dumps(j) + "\n" for j in todo[start:start + size]))
-        harness(spec, chunk, events, "nvtx", n["options"], n["timeout_s"], env, wrap)
-        chunk.unlink()
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if "ERR_NVGPUCTRPERM" in text:
-            say(NCU_PERMISSION)
-            return "no permission"
-        progress("ncu", events, len(jobs), t0)
+            say(f"time limit of {a.time_limit_s:g} s reached; run the command again (--resume) for the rest")
+            out["stopped"] = "time limit"
+            break
+        chunk_file = res / "chunk.jsonl"
+        chunk_file.write_text("".join(json.dumps(j) + "\n" for j in chunk))
+        rc = harness(spec, chunk_file, meas, "timer", m["options"], m["timeout_s"], env)
+        out["measure_rc"] = out["measure_rc"] or rc
+        progress("measure", meas, len(jobs), t0)
+        if exe:
+            ncu_status = profile_chunk(spec, chunk_file, res, env, exe)
+            progress("ncu", events, len(jobs), t0)
+            if ncu_status != "done":
+                exe = None
+        chunk_file.unlink()
+    if n:
+        out["ncu"] = "stopped at the time limit" if out.get("stopped") and ncu_status == "done" else ncu_status
+    return out
+
+
+def profile_chunk(spec: dict, chunk: Path, res: Path, env: dict, exe: str) -> str:
+    """One ncu run of the harness over the kernels of `chunk`; "done", or why ncu cannot go on."""
+    n = spec["ncu"]
+    log = res / "ncu.log"  # the harness logs its children to <out>.log
+    wrap = [exe] + [arg.replace("{report}", str(res / "ncu-{n}")).replace("{part}", str(HERE)) for arg in n["args"]]
+    harness(spec, chunk, res / "ncu.jsonl", "nvtx", n["options"], n["timeout_s"], env, wrap)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if "ERR_NVGPUCTRPERM" in text:
+        say(NCU_PERMISSION)
+        return "no permission"
     return "done"
 
 

@@ -57,21 +57,76 @@ def check_outputs(got: list[np.ndarray], ref, rtol: float, atol: float) -> dict:
     return {"checked": True, "correct": correct, "max_abs_err": max(errs) if errs else 0.0}
 
 
-def choose_cuda_compiler() -> None:
-    """Exported CUDA kernels hold CUDA source that TVM compiles when the module is loaded;
-    its default compiler (NVRTC) needs the `cuda-bindings` package. Without it, use nvcc
-    where it is installed."""
-    try:
-        import tvm.support.nvcc  # noqa: F401 - registers the compile callback
-    except ImportError:
-        pass
-    if os.environ.get("TVM_CUDA_COMPILE_MODE"):
-        return
-    try:
-        import cuda.bindings  # noqa: F401 - optional: only its presence is asked
-    except ImportError:
-        if shutil.which("nvcc"):
-            os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+# The CUDA architecture exported kernels were built for (a bundle's part.json `cuda_arch`,
+# e.g. sm_90a); without it, the device's own (sm_<major><minor>).
+CUDA_ARCH_ENV = "TCP_CUDA_ARCH"
+
+
+def cuda_arch(dev) -> str:
+    return os.environ.get(CUDA_ARCH_ENV) or "sm_" + str(dev.compute_version).replace(".", "")
+
+
+def nvcc_cubin(code: str, arch: str, nvcc: str = "nvcc") -> bytes:
+    """`code` compiled to a cubin by the CUDA toolkit's nvcc (no TVM compiler involved)."""
+    with tempfile.TemporaryDirectory(prefix="tcp-nvcc-") as d:
+        src, out = os.path.join(d, "kernels.cu"), os.path.join(d, "kernels.cubin")
+        with open(src, "w") as f:
+            f.write(code)
+        run = subprocess.run([nvcc, "--cubin", "-O3", f"-arch={arch}", "-o", out, src], capture_output=True,
+                             text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"nvcc failed for {arch}: {(run.stderr or run.stdout).strip()[-1500:]}")
+        with open(out, "rb") as f:
+            return f.read()
+
+
+def use_cuda_compiler(dev) -> str:
+    """Exported CUDA kernels hold CUDA source that TVM compiles when the module is loaded,
+    through the callback `tvm_callback_cuda_compile`. TVM's own callback asks the compiler
+    library for the current target and pass context, which a runtime-only TVM lacks; this
+    one is given the architecture. NVRTC (the `cuda-bindings` package) where it is
+    installed, else nvcc (`TVM_CUDA_COMPILE_MODE=nvcc|nvrtc` chooses). Returns
+    "<compiler> <arch>"."""
+    import tvm_ffi
+
+    arch = cuda_arch(dev)
+    mode = os.environ.get("TVM_CUDA_COMPILE_MODE", "").lower()
+    if not mode:
+        try:
+            import cuda.bindings.nvrtc  # noqa: F401 - optional: only its presence is asked
+            mode = "nvrtc"
+        except ImportError:
+            mode = "nvcc"
+    if mode == "nvrtc":
+        from tvm.support import nvcc as tvm_nvcc
+
+        def compile_cuda(code):
+            return tvm_nvcc.compile_cuda(code, target_format="cubin", arch=arch, compiler="nvrtc")
+    elif mode == "nvcc":
+        exe = shutil.which("nvcc") or "nvcc"
+
+        def compile_cuda(code):
+            return nvcc_cubin(code, arch, exe)
+    else:
+        raise ValueError(f"TVM_CUDA_COMPILE_MODE={mode!r}; valid: nvrtc, nvcc")
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", compile_cuda, override=True)
+    return f"{mode} {arch}"
+
+
+def cuda_device(tvm):
+    """CUDA device 0. The runtime-only TVM of a bundle (TVM_USE_RUNTIME_LIB=1) loads
+    libtvm_runtime.so alone; its CUDA runtime library beside it is loaded here, once."""
+    dev = tvm.cuda(0)
+    lib = Path(tvm.__file__).parent / "lib" / "libtvm_runtime_cuda.so"
+    if not dev.exist and lib.exists():
+        import ctypes
+
+        try:
+            ctypes.CDLL(str(lib), ctypes.RTLD_GLOBAL)
+        except OSError:  # no CUDA driver (libcuda) on this host: no device
+            return dev
+        dev = tvm.cuda(0)
+    return dev
 
 
 def short_error(prefix: str, e: BaseException) -> str:
@@ -282,14 +337,19 @@ INSTRUMENT_OPTIONS = {
 def run_in_process(jobs: list[dict], out: Path, root: str, device: str, instrument: str, options: dict) -> int:
     """Run `jobs` here under one instrument, a start and a done event each; returns the exit code."""
     die_with_parent()  # started by a supervisor, or by ncu: never outlive it
-    if device == "cuda":
-        choose_cuda_compiler()
     import tvm  # the runtime is needed only here: a supervising parent never loads it
 
-    dev = tvm.cuda(0) if device == "cuda" else tvm.cpu(0)
+    dev = cuda_device(tvm) if device == "cuda" else tvm.cpu(0)
     if not dev.exist:
         print(f"harness: no {device} device on this host", file=sys.stderr)
         return EXIT_UNUSABLE
+    if device == "cuda":
+        try:
+            print(f"harness: CUDA source compiled at load by {use_cuda_compiler(dev)}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001 - no compiler: every kernel fails the same way
+            print(f"harness: no CUDA compiler for the exported kernels ({type(e).__name__}: {e}); install "
+                  "cuda-bindings (NVRTC) or put the CUDA toolkit's nvcc on PATH", file=sys.stderr)
+            return EXIT_UNUSABLE
     try:
         inst = INSTRUMENTS[instrument](**options)
     except ImportError as e:
