@@ -174,7 +174,8 @@ def run_chunks(spec: dict, jobs: list[dict], res: Path, env: dict, a, t0: float)
     the time limit is passed; returns what ran (for status.json)."""
     meas, events = res / "measure.jsonl", res / "ncu.jsonl"
     m, n = spec["measure"], spec.get("ncu")
-    exe, ncu_status = ncu_state(spec, a)
+    exe, why_not = ncu_state(spec, a)
+    ncu_status = why_not or "done"
     size = max(1, int(n["chunk"] if n else m.get("chunk", DEFAULT_MEASURE_CHUNK)))
     say(f"measure{' and ncu' if exe else ''}: chunks of {size} kernels")
     out = {"measure_rc": 0}
