@@ -121,18 +121,14 @@ def part_rates(part: Path, n: int, ncu: str, keep: Path) -> dict[str, tuple[int,
         run_part.harness(spec, jobs_file, keep / f"{name}.jsonl", "nvtx", opts, timeout, env, wrap)
         return sum(1 for e in run_part.done_ids(keep / f"{name}.jsonl").values() if not e)
 
-    args = spec["ncu"]["args"]
-    curated = [ncu] + [a.replace("{report}", str(keep / "batched-{n}")).replace("{part}", str(part)) for a in args]
-    sections = {i for i, a in enumerate(args) if a in ("--section", "--section-folder", "--metrics")}
-    plain = [a for i, a in enumerate(args) if i not in sections and i - 1 not in sections]
     out = {}
     t0 = time.perf_counter()
-    out["batched"] = (run("batched", jobs, curated), time.perf_counter() - t0, 1)
+    out["batched"] = (run("batched", jobs, run_part.ncu_command(spec, ncu, keep / "batched-{n}")),
+                      time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
     done = 0
     for i, job in enumerate(jobs):
-        full = [ncu] + [a.replace("{report}", str(keep / f"full-{i}-{{n}}")) for a in plain] + ["--set", "full"]
-        done = run("full", [job], full)
+        done = run("full", [job], run_part.ncu_command(spec, ncu, keep / f"full-{i}-{{n}}", section_set="full"))
     out["per-kernel full"] = (done, time.perf_counter() - t0, len(jobs))
     return out
 

@@ -204,11 +204,21 @@ def run_chunks(spec: dict, jobs: list[dict], res: Path, env: dict, a, t0: float)
     return out
 
 
+def ncu_command(spec: dict, exe: str, report_stem: Path, section_set: str | None = None) -> list[str]:
+    """The part's ncu command line writing `<report_stem>.ncu-rep` (`{n}` in the stem: one
+    report per harness child); with `section_set` (e.g. full) instead of the part's sections."""
+    args = spec["ncu"]["args"]
+    if section_set:
+        picks = {i for i, a in enumerate(args) if a in ("--section", "--section-folder", "--metrics")}
+        args = [a for i, a in enumerate(args) if i not in picks and i - 1 not in picks] + ["--set", section_set]
+    return [exe] + [a.replace("{report}", str(report_stem)).replace("{part}", str(HERE)) for a in args]
+
+
 def profile_chunk(spec: dict, chunk: Path, res: Path, env: dict, exe: str) -> str:
     """One ncu run of the harness over the kernels of `chunk`; "done", or why ncu cannot go on."""
     n = spec["ncu"]
     log = res / "ncu.log"  # the harness logs its children to <out>.log
-    wrap = [exe] + [arg.replace("{report}", str(res / "ncu-{n}")).replace("{part}", str(HERE)) for arg in n["args"]]
+    wrap = ncu_command(spec, exe, res / "ncu-{n}")
     harness(spec, chunk, res / "ncu.jsonl", "nvtx", n["options"], n["timeout_s"], env, wrap)
     text = log.read_text(errors="replace") if log.exists() else ""
     if "ERR_NVGPUCTRPERM" in text:
