@@ -24,7 +24,10 @@ Two objectives each:
               query groups of at most that size (LightGBM refuses very large queries)
 Early stopping on the validation part when it has rows (`early_stopping_metric`: the
 objective's own loss, or a per-task ranking metric of the validation records: peak1, peak5,
-apeak32 = mean peak score@1..32, pair_acc), else a fixed number of rounds.
+apeak32 = mean peak score@1..32, pair_acc), else a fixed number of rounds
+(`rounds_without_val`). `early_stopping_rounds: 0` trains that fixed number even with a
+validation part, which is then only scored: the length of training does not depend on
+which network validates.
 """
 
 from __future__ import annotations
@@ -192,6 +195,9 @@ class _GBDT(CostModel):
             raise ValueError(f"{who}: input={input!r}; valid: {', '.join(INPUTS)}")
         if early_stopping_metric not in STOP_METRICS:
             raise ValueError(f"{who}: early_stopping_metric={early_stopping_metric!r}; valid: {', '.join(STOP_METRICS)}")
+        if int(early_stopping_rounds) < 0:
+            raise ValueError(f"{who}: early_stopping_rounds={early_stopping_rounds}; valid: a count of rounds, "
+                             f"or 0 to train rounds_without_val rounds without stopping")
         hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
                        "task_context": bool(task_context), "roofline": dict(roofline) if roofline else None,
                        "roofline_base": float(roofline_base),
@@ -228,6 +234,10 @@ class _GBDT(CostModel):
     @property
     def nthread(self) -> int:
         return self.threads or os.cpu_count() or 1
+
+    def _stops(self, val) -> bool:
+        """Whether this fit stops early on `val` (or trains `rounds_without_val` rounds)."""
+        return bool(len(val)) and self.early_stopping_rounds > 0
 
     @property
     def row_columns(self) -> list[str]:
@@ -377,14 +387,13 @@ class LGBMModel(_GBDT):
             if metric is not None:
                 name, fn, higher = metric
                 feval = lambda preds, data: (name, fn(preds), higher)  # noqa: E731
+        if self._stops(val):
             callbacks.append(lgb.early_stopping(self.early_stopping_rounds, first_metric_only=True, verbose=False))
-            rounds = self.num_boost_round
-        else:
-            rounds = self.rounds_without_val
+        rounds = self.num_boost_round if self._stops(val) else self.rounds_without_val
         self.booster = lgb.train(p, dtrain, num_boost_round=rounds, valid_sets=valid,
                                  valid_names=["val"][: len(valid)], feval=feval, callbacks=callbacks)
         best = self.booster.best_iteration or self.booster.current_iteration()
-        self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
+        self.info = {"best_iteration": int(best), "early_stopped": self._stops(val),
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
 
@@ -464,17 +473,20 @@ class XGBModel(_GBDT):
             if metric is not None:
                 name, fn, higher = metric
                 kwargs = {"custom_metric": lambda preds, d: (name, fn(preds)), "maximize": higher}
-            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.num_boost_round,
+            stops = self._stops(val)
+            booster = xgb.train(self._train_params(), dtrain,
+                                num_boost_round=self.num_boost_round if stops else self.rounds_without_val,
                                 evals=[(self._dmatrix(vlay), "val")], obj=self._obj(lay), evals_result=curve,
-                                verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds, **kwargs)
-            best = int(booster.best_iteration) + 1
-            booster = booster[:best]  # keep the best model, not the last one
+                                verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds if stops else None,
+                                **kwargs)
+            if stops:
+                booster = booster[:int(booster.best_iteration) + 1]  # keep the best model, not the last one
         else:
             booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.rounds_without_val,
                                 obj=self._obj(lay))
-            best = booster.num_boosted_rounds()
+        best = booster.num_boosted_rounds()
         self.booster = booster
-        self.info = {"best_iteration": int(best), "early_stopped": bool(len(val)),
+        self.info = {"best_iteration": int(best), "early_stopped": self._stops(val),
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
 

@@ -162,6 +162,27 @@ def test_continue_fit_trains_further_in_place(name):
         assert model.native().num_boosted_rounds() == 25
 
 
+@pytest.mark.parametrize("name", ["lgbm", "xgb"])
+def test_early_stopping_rounds_zero_trains_a_fixed_length_and_still_scores_validation(name):
+    """With a validation part, early stopping picks the length; with 0 the length is
+    rounds_without_val whatever the validation curve does, and the curve is still recorded."""
+    tab = small_table()
+    sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
+    train, val = tab.take(sp.train), tab.take(sp.val)
+    stopped = _model(name, ["model.rounds_without_val=7", "model.num_boost_round=400",
+                            "model.early_stopping_rounds=3"], tab.spec)
+    assert stopped.fit(train, val)["early_stopped"]
+    fixed = _model(name, ["model.rounds_without_val=7", "model.num_boost_round=400",
+                          "model.early_stopping_rounds=0"], tab.spec)
+    info = fixed.fit(train, val)
+    assert not info["early_stopped"] and info["best_iteration"] == 7
+    assert [len(v) for v in info["val_curve"].values()] == [7]
+    trees = fixed.native().num_trees() if name == "lgbm" else fixed.native().num_boosted_rounds()
+    assert trees == 7
+    with pytest.raises(ValueError, match="early_stopping_rounds=-1.*0 to train rounds_without_val"):
+        _model(name, ["model.early_stopping_rounds=-1"], tab.spec)
+
+
 def test_model_all_composes_every_model_config_and_reaches_per_model_overrides():
     from pipeline.config import CONF_DIR, compose
 
