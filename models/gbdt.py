@@ -387,13 +387,13 @@ class LGBMModel(_GBDT):
             if metric is not None:
                 name, fn, higher = metric
                 feval = lambda preds, data: (name, fn(preds), higher)  # noqa: E731
-        if self._stops(val):
+        stops = self._stops(val)
+        if stops:
             callbacks.append(lgb.early_stopping(self.early_stopping_rounds, first_metric_only=True, verbose=False))
-        rounds = self.num_boost_round if self._stops(val) else self.rounds_without_val
-        self.booster = lgb.train(p, dtrain, num_boost_round=rounds, valid_sets=valid,
-                                 valid_names=["val"][: len(valid)], feval=feval, callbacks=callbacks)
+        self.booster = lgb.train(p, dtrain, num_boost_round=self.num_boost_round if stops else self.rounds_without_val,
+                                 valid_sets=valid, valid_names=["val"][: len(valid)], feval=feval, callbacks=callbacks)
         best = self.booster.best_iteration or self.booster.current_iteration()
-        self.info = {"best_iteration": int(best), "early_stopped": self._stops(val),
+        self.info = {"best_iteration": int(best), "early_stopped": stops,
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
 
@@ -466,27 +466,23 @@ class XGBModel(_GBDT):
         lay = self._layout(train)
         dtrain = self._dmatrix(lay)
         curve: dict = {}
+        evals, kwargs = [], {}
         if len(val):
             vlay = self._layout(val)
+            evals = [(self._dmatrix(vlay), "val")]
             metric = self._val_metric(vlay)
-            kwargs = {}
             if metric is not None:
                 name, fn, higher = metric
                 kwargs = {"custom_metric": lambda preds, d: (name, fn(preds)), "maximize": higher}
-            stops = self._stops(val)
-            booster = xgb.train(self._train_params(), dtrain,
-                                num_boost_round=self.num_boost_round if stops else self.rounds_without_val,
-                                evals=[(self._dmatrix(vlay), "val")], obj=self._obj(lay), evals_result=curve,
-                                verbose_eval=False, early_stopping_rounds=self.early_stopping_rounds if stops else None,
-                                **kwargs)
-            if stops:
-                booster = booster[:int(booster.best_iteration) + 1]  # keep the best model, not the last one
-        else:
-            booster = xgb.train(self._train_params(), dtrain, num_boost_round=self.rounds_without_val,
-                                obj=self._obj(lay))
-        best = booster.num_boosted_rounds()
+        stops = self._stops(val)
+        booster = xgb.train(self._train_params(), dtrain,
+                            num_boost_round=self.num_boost_round if stops else self.rounds_without_val,
+                            evals=evals, obj=self._obj(lay), evals_result=curve, verbose_eval=False,
+                            early_stopping_rounds=self.early_stopping_rounds if stops else None, **kwargs)
+        if stops:
+            booster = booster[:int(booster.best_iteration) + 1]  # keep the best model, not the last one
         self.booster = booster
-        self.info = {"best_iteration": int(best), "early_stopped": self._stops(val),
+        self.info = {"best_iteration": int(booster.num_boosted_rounds()), "early_stopped": stops,
                      "val_curve": {k: list(map(float, v)) for k, v in curve.get("val", {}).items()}}
         return self.info
 
