@@ -20,7 +20,7 @@ Two objectives each:
   ranking     LambdaRank per task (records: LightGBM `lambdarank`, XGBoost `rank:ndcg`; stores:
               the same LambdaRank gradient on the records' sums); labels become relevance grades
               0..rank_levels-1 from each record's rank within its task (the best record gets
-              the top grade); a task with more than `max_group` records is cut into random
+              the top grade), or with `grade_cuts` tiers of normalized throughput; a task with more than `max_group` records is cut into random
               query groups of at most that size (LightGBM refuses very large queries)
 Early stopping on the validation part when it has rows (`early_stopping_metric`: the
 objective's own loss, or a per-task ranking metric of the validation records: peak1, peak5,
@@ -74,11 +74,18 @@ def rank_groups(task_codes: np.ndarray, max_group: int, seed: int) -> tuple[np.n
     return np.concatenate(order), np.asarray(sizes, dtype=np.int64)
 
 
-def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int) -> np.ndarray:
+def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int,
+           cuts: list[float] | tuple[float, ...] | None = None) -> np.ndarray:
     """Relevance grades 0..levels-1 from each record's rank within its task (best = top grade).
 
     Ranks rather than raw throughput: throughputs of a task are usually skewed (a few fast
-    records, a long slow tail), and raw grades would lump most records into grade 0."""
+    records, a long slow tail), and raw grades would lump most records into grade 0.
+    With `cuts` (increasing, in (0, 1)) the grade is instead the number of cuts a record's
+    normalized throughput (best of its task = 1) reaches: tiers of speed, so a task whose
+    best is far ahead of the rest gives only that record the top grade."""
+    if cuts:
+        return np.searchsorted(np.asarray(cuts, dtype=np.float64), np.asarray(labels, dtype=np.float64),
+                               side="right").astype(np.int32)
     s = pd.Series(np.asarray(labels, dtype=np.float64))
     pct = s.groupby(np.asarray(task_codes)).rank(method="min", pct=False)
     n = s.groupby(np.asarray(task_codes)).transform("size")
@@ -179,14 +186,15 @@ class _GBDT(CostModel):
     Hyperparameters (conf/model/<name>.yaml): objective (regression | ranking), input
     (records | stores), label_weight (regression), early_stopping_metric, num_boost_round and
     early_stopping_rounds (with a validation part), rounds_without_val, params (the library's
-    own parameters), and for ranking rank_levels, max_group, eval_at."""
+    own parameters), and for ranking rank_levels (or grade_cuts), max_group, eval_at."""
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
                  context: list[str] | tuple[str, ...] = (), task_context: bool = False,
                  roofline: dict | None = None, roofline_base: float = 0.0, label_weight: float = 0.0,
                  early_stopping_metric: str = "loss", num_boost_round: int = 2000,
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
-                 rank_levels: int = 32, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
+                 rank_levels: int = 32, grade_cuts: list[float] | tuple[float, ...] | None = None,
+                 max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
                  seed: int = 0, threads: int = 0):
         who = f"model {name or self.name}"
         if objective not in ("regression", "ranking"):
@@ -198,6 +206,14 @@ class _GBDT(CostModel):
         if int(early_stopping_rounds) < 0:
             raise ValueError(f"{who}: early_stopping_rounds={early_stopping_rounds}; valid: a count of rounds, "
                              f"or 0 to train rounds_without_val rounds without stopping")
+        cuts = [float(c) for c in (grade_cuts or ())]
+        if cuts and not (all(0.0 < c < 1.0 for c in cuts) and all(a < b for a, b in zip(cuts, cuts[1:]))):
+            raise ValueError(f"{who}: grade_cuts={cuts}; valid: increasing normalized throughputs in (0, 1), "
+                             f"e.g. [0.5, 0.8, 0.95]")
+        if cuts and objective != "ranking":
+            raise ValueError(f"{who}: grade_cuts grade a ranking objective; set objective=ranking or drop them")
+        if cuts:
+            rank_levels = len(cuts) + 1
         hyperparams = {"objective": objective, "input": input, "context": [str(c) for c in context],
                        "task_context": bool(task_context), "roofline": dict(roofline) if roofline else None,
                        "roofline_base": float(roofline_base),
@@ -205,7 +221,7 @@ class _GBDT(CostModel):
                        "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
-                       "rank_levels": int(rank_levels), "max_group": int(max_group),
+                       "rank_levels": int(rank_levels), "grade_cuts": cuts or None, "max_group": int(max_group),
                        "eval_at": [int(k) for k in eval_at]}
         if roofline_base and not roofline:
             raise ValueError(f"{who}: roofline_base={roofline_base} needs the machine's peaks (roofline: gflops, gbs, "
@@ -224,6 +240,7 @@ class _GBDT(CostModel):
         self.rounds_without_val = hyperparams["rounds_without_val"]
         self.library_params = hyperparams["params"]
         self.rank_levels = hyperparams["rank_levels"]
+        self.grade_cuts = hyperparams["grade_cuts"]
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
         self.peaks = roof.Peaks(**hyperparams["roofline"]) if hyperparams["roofline"] else None
@@ -271,7 +288,7 @@ class _GBDT(CostModel):
         labels, codes = table.labels, table.task_codes
         if self.ranking:
             order, sizes = rank_groups(codes, self.max_group, self.seed)
-            y = grades(labels, codes, self.rank_levels)[order]
+            y = grades(labels, codes, self.rank_levels, self.grade_cuts)[order]
         else:
             order, sizes = np.arange(len(labels)), None
             y = labels

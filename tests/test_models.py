@@ -183,6 +183,43 @@ def test_early_stopping_rounds_zero_trains_a_fixed_length_and_still_scores_valid
         _model(name, ["model.early_stopping_rounds=-1"], tab.spec)
 
 
+def test_grade_cuts_grade_by_tiers_of_speed_not_by_rank():
+    """Rank grades a task's records by position whatever their speeds (one top grade in each
+    task here); tiers of speed give the top grade to every record within the last cut of its
+    task's best, however many or few there are."""
+    from models.gbdt import grades
+
+    labels = np.array([1.0, 0.97, 0.6, 0.3, 0.2, 0.1, 1.0, 0.99, 0.98, 0.96, 0.9, 0.85])
+    codes = np.repeat([0, 1], 6)
+    np.testing.assert_array_equal(grades(labels, codes, 4, [0.5, 0.8, 0.95]), [3, 3, 1, 0, 0, 0, 3, 3, 3, 3, 2, 2])
+    np.testing.assert_array_equal(grades(labels, codes, 4), [3, 2, 2, 1, 1, 0, 3, 2, 2, 1, 1, 0])
+
+
+def test_tier_graded_ranker_learns_and_refuses_bad_cuts(tmp_path):
+    from models import registry
+    from pipeline.config import compose
+
+    tab = small_table()
+    sp = make_split(tab.frame.assign(network=""), "within_task", seed=0)
+    train, val, test = tab.take(sp.train), tab.take(sp.val), tab.take(sp.test)
+    model = _model("lgbm_ps_tier4_fixed", [], tab.spec)
+    assert model.grade_cuts == [0.5, 0.8, 0.95] and model.rank_levels == 4
+    model.fit(train, val)
+    ev = M.evaluate(test.frame, model.predict(test), calibrated=False).summary
+    assert ev["spearman"] > 0.5 and ev["top1_score"] > ev["random_top1_score"], ev
+    model.save(tmp_path / "m")
+    np.testing.assert_allclose(registry.load(tmp_path / "m").predict(test), model.predict(test), rtol=1e-5)
+    for bad in ("[0.8,0.5]", "[0.5,1.0]"):
+        with pytest.raises(ValueError, match="grade_cuts=.*increasing normalized throughputs in"):
+            _model("lgbm_ps_tier4", [f"model.grade_cuts={bad}"], tab.spec)
+    with pytest.raises(ValueError, match="grade_cuts grade a ranking objective"):
+        _model("lgbm_ps_tier4", ["model.objective=regression"], tab.spec)
+    # the ensemble's two rankers are graded by tiers and all three members train a fixed length
+    members = compose(["model=ens_ps_tier4_fixed"]).model.members
+    assert [list(m.get("grade_cuts") or []) for m in members.values()] == [[0.5, 0.8, 0.95]] * 2 + [[]]
+    assert {m.early_stopping_rounds for m in members.values()} == {0}
+
+
 def test_model_all_composes_every_model_config_and_reaches_per_model_overrides():
     from pipeline.config import CONF_DIR, compose
 
