@@ -27,6 +27,8 @@ KEYS = ("model", "features", "split", "heldout", "seed")
 SPREAD_METRICS = ("top1_score", "top5_score", "pair_acc", "spearman")
 COUNTS = ("n_tasks", "n_tasks_topk")
 MEAN = "mean"
+REFERENCE = "ms_xgb"  # the model every paired interval is taken against
+LEVEL = 0.90
 
 
 RANDOM = "random"
@@ -126,6 +128,45 @@ def ablation_table(heldout: pd.DataFrame, select: str, reference: str | None = "
     return out.sort_values(select, ascending=False, na_position="last").reset_index()
 
 
+RUN_METRICS = ("val_top1_score", "val_pair_acc", "test_top1_score", "test_pair_acc")
+
+
+def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, str]] = (),
+                     metrics: tuple[str, ...] = RUN_METRICS, *, resamples: int = 5000, level: float = LEVEL,
+                     seed: int = 0) -> pd.DataFrame:
+    """Margins paired over the leave-one-network-out runs: per features, the model of the best
+    mean `select` (the choice) minus every other model, then each (model, reference) of
+    `pairs`; for each metric the mean over the runs both have (same held-out network and
+    seed) of the difference, a bootstrap interval over those runs and the runs won. What the
+    choice's margin on validation is worth, which the per-network means cannot say.
+    Rows: features, model, reference, metric, diff, lo, hi, won, n_runs."""
+    runs = frame[(frame["split"] == "by_network") & (frame["model"] != RANDOM)] if len(frame) else frame
+    if runs.empty or select not in runs.columns:
+        return pd.DataFrame()
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    rows = []
+    for features, g in runs.groupby("features", sort=True):
+        means = g.groupby("model")[select].mean().dropna()
+        if means.empty:
+            continue
+        choice = means.idxmax()
+        todo = [(choice, m) for m in means.sort_values(ascending=False).index if m != choice] + list(pairs)
+        for metric in (m for m in metrics if m in g.columns):
+            wide = g.pivot_table(index=["heldout", "seed"], columns="model", values=metric)
+            for model, reference in todo:
+                if model not in wide.columns or reference not in wide.columns:
+                    continue
+                x = (wide[model] - wide[reference]).dropna().to_numpy()
+                if not len(x):
+                    continue
+                boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
+                lo, hi = np.quantile(boot, q)
+                rows.append({"features": features, "model": model, "reference": reference, "metric": metric,
+                             "diff": float(x.mean()), "lo": float(lo), "hi": float(hi), "won": int((x > 0).sum()),
+                             "n_runs": len(x)})
+    return pd.DataFrame(rows, columns=["features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"])
+
+
 def with_spread(table: pd.DataFrame, cols: list[str], digits: int = 3) -> pd.DataFrame:
     """`cols` as text "mean [min, max]" (one value where min = max), for reports."""
     out = table.copy()
@@ -147,8 +188,6 @@ def with_spread(table: pd.DataFrame, cols: list[str], digits: int = 3) -> pd.Dat
 
 # ---------------------------------------------------------------------- paired intervals
 
-REFERENCE = "ms_xgb"
-LEVEL = 0.90
 
 
 def _scores(best: np.ndarray, picked: np.ndarray, w: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -20,8 +20,9 @@ Two objectives each:
   ranking     LambdaRank per task (records: LightGBM `lambdarank`, XGBoost `rank:ndcg`; stores:
               the same LambdaRank gradient on the records' sums); labels become relevance grades
               0..rank_levels-1 from each record's rank within its task (the best record gets
-              the top grade), or with `grade_cuts` tiers of normalized throughput; a task with more than `max_group` records is cut into random
-              query groups of at most that size (LightGBM refuses very large queries)
+              the top grade), or with `grade_cuts` from tiers of normalized throughput; a task
+              with more than `max_group` records is cut into random query groups of at most
+              that size (LightGBM refuses very large queries)
 Early stopping on the validation part when it has rows (`early_stopping_metric`: the
 objective's own loss, or a per-task ranking metric of the validation records: peak1, peak5,
 apeak32 = mean peak score@1..32, pair_acc), else a fixed number of rounds

@@ -148,3 +148,21 @@ def test_paired_intervals_against_the_reference():
     both = paired_intervals(pd.DataFrame(rows2), weights2, resamples=200)
     mean = both[both["heldout"] == "mean"].set_index("model")
     assert mean.loc["good", "diff"] == pytest.approx(0.5) and mean.loc["good", "n_tasks"] == 40
+
+
+def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
+    """The choice is the best mean validation top-1 over runs ("a": .58 against .575); its
+    margins are paired over the four (network, seed) runs both have; random rows are not models."""
+    runs = E.with_random_rows(_runs().assign(test_random_top1_score=0.1))
+    out = E.paired_over_runs(runs, "val_top1_score", [("ms_xgb", "a")], metrics=("val_top1_score", "test_top1_score"),
+                             resamples=400)
+    t = out.set_index(["model", "reference", "metric"])
+    assert set(out["model"]) | set(out["reference"]) == {"a", "ms_xgb"}
+    val = t.loc[("a", "ms_xgb", "val_top1_score")]
+    # runs both have: bert 0/1 (-.1, -.1), resnet 0/1 (+.2, +.1): the third resnet seed is unpaired
+    assert val["diff"] == pytest.approx(0.025) and val["won"] == 2 and val["n_runs"] == 4
+    assert -0.1 <= val["lo"] < 0.025 < val["hi"] <= 0.2
+    test = t.loc[("a", "ms_xgb", "test_top1_score")]
+    assert test["diff"] == pytest.approx(-0.65) and test["won"] == 0 and -0.8 <= test["lo"] <= test["hi"] <= -0.6
+    assert t.loc[("ms_xgb", "a", "val_top1_score"), "diff"] == pytest.approx(-0.025)
+    assert E.paired_over_runs(runs.query("split == 'by_task'"), "val_top1_score").empty

@@ -319,6 +319,19 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     assert len(back) == 9
     # each model against the reference... which this sweep did not train: no interval, no error
     assert "## Against ms_xgb" not in report
+    # the choice (the ablation's first row) minus the other model, paired over the 4 runs
+    choice = pd.read_csv(root / "reports" / "ablation-by_network-static.csv")["model"].iloc[0]
+    margins = pd.read_csv(root / "reports" / "margins-by_network-static.csv")
+    assert set(margins["model"]) == {choice} and set(margins["reference"]) == {"lgbm", "lgbm_ps"} - {choice}
+    assert {"val_top1_score", "test_top1_score"} <= set(margins["metric"]) and (margins["n_runs"] == 4).all()
+    assert "## Paired over runs" in report
+    twin = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
+                                 "compare.pairs=[[lgbm_ps,lgbm]]"])
+    assert twin["margins_rows"] == 2 * len(margins)
+    with pytest.raises(WorkspaceError,
+                       match=r"compare.pairs=\[\['lgbm_ps', 'xgb'\]\]: each pair is \[model, reference\]"):
+        run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
+                              "compare.pairs=[[lgbm_ps,xgb]]"])
     # against another workspace's runs of the same selection, paired task by task: against its own
     # runs every model's difference is nil, on every network and on average
     sel = [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]"]

@@ -203,6 +203,28 @@ def against_intervals(cfg, ws: Workspace, store: tracking.Store, runs: pd.DataFr
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
+def model_pairs(cfg, models: set[str]) -> list[tuple[str, str]]:
+    """`compare.pairs` as (model, reference) pairs of models this selection has runs of."""
+    pairs = [tuple(str(m) for m in p) for p in cfg.compare.get("pairs") or ()]
+    bad = [p for p in pairs if len(p) != 2 or not set(p) <= models]
+    if bad:
+        raise WorkspaceError(f"compare.pairs={[list(p) for p in bad]}: each pair is [model, reference], both among the "
+                             f"selected runs' models ({', '.join(sorted(models))}); train them or fix the names")
+    return pairs
+
+
+def margin_report(table: pd.DataFrame) -> pd.DataFrame:
+    text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
+    won = [f"{w}/{n}" for w, n in zip(table["won"], table["n_runs"])]
+    wide = table.assign(margin=text, won=won).pivot_table(
+        index=["features", "model", "reference"], columns="metric", values=["margin", "won"], aggfunc="first",
+        sort=False)
+    metrics = list(dict.fromkeys(table["metric"]))
+    wide = wide[[(v, m) for m in metrics for v in ("margin", "won")]]
+    wide.columns = [f"{m} {v}" if v == "won" else m for v, m in wide.columns]
+    return wide.reset_index().rename(columns={"model": "model minus"})
+
+
 def interval_report(table: pd.DataFrame) -> pd.DataFrame:
     text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
     return table.assign(**{f"top-1 minus {E.REFERENCE}": text})[
@@ -263,7 +285,8 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     reports.mkdir(parents=True, exist_ok=True)
     paths = {ext: reports / f"{report_name(cfg)}.{ext}" for ext in ("csv", "md", "png")}
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
-        ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"))})
+        ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"),
+        ("margins", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
     if cfg.compare.get("against"):
         paths["against"] = reports / f"{report_name(cfg, 'against')}.csv"
@@ -304,6 +327,13 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                  f"interval over those tasks: what this workspace's training data bought.\n",
                  to_markdown(interval_report(_models(cfg, against)).rename(
                      columns={f"top-1 minus {E.REFERENCE}": f"top-1 minus trained on {other}"}))]
+    margins = tables.get("margins")
+    if margins is not None and len(margins):
+        text += ["## Paired over runs\n",
+                 f"Per features, the model of the best mean {select} (the choice) minus every other model, then the "
+                 f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
+                 f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
+                 f"{select} margin holds 0 is not resolved by validation.\n", to_markdown(margin_report(margins))]
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
@@ -347,14 +377,16 @@ def run(cfg) -> dict:
     frame = E.run_frame(tracking.with_split_tags(runs))
     tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
     frame = E.with_random_rows(frame)
-    tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), intervals=heldout_intervals(ws, runs))
+    tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), intervals=heldout_intervals(ws, runs),
+                  margins=E.paired_over_runs(frame, select, model_pairs(cfg, set(frame["model"]))))
     if cfg.compare.get("against"):
         tables["against"] = against_intervals(cfg, ws, store, runs)
     for k, df in tables.items():
         df.to_csv(paths[k], index=False)
     heldout, splits = tables["heldout"], tables["splits"]
     paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables, validation_networks(runs)))
-    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "against")
+    files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "margins",
+                                "against")
              if k in paths]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
@@ -379,4 +411,5 @@ def run(cfg) -> dict:
               f"them (MLflow run {run_id})")
     return {"runs": len(table), "report": str(paths["md"]), "evaluation": str(paths["evaluation"]),
             "heldout_rows": len(heldout), "ablation_rows": len(tables["ablation"]),
+            "margins_rows": len(tables["margins"]),
             **({"against_rows": len(tables["against"])} if "against" in tables else {})}
