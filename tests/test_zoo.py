@@ -118,11 +118,14 @@ def test_networks_run_in_torch():
         assert tuple(model(words).shape) == (1, 128, 768)
     n_params = sum(p.numel() for p in networks.resnet50().parameters())
     assert n_params == 25_557_032  # torchvision's resnet50
-    # torchvision's squeezenet1_1, mobilenet_v3_small and resnext50_32x4d, timm's vit_small_patch16_224
-    published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664}
+    # torchvision's squeezenet1_1, mobilenet_v3_small, resnext50_32x4d, convnext_tiny and
+    # shufflenet_v2_x1_0, timm's vit_small_patch16_224 and mixer_s16_224
+    published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
+                 "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
-    for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000))]:
+    for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
+                        ("convnext_tiny", (1, 1000)), ("shufflenet_v2", (1, 1000)), ("mlp_mixer", (1, 1000))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape

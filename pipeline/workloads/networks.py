@@ -1,8 +1,8 @@
 """Reference network architectures in plain torch.nn (random weights, no downloads).
 
 The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeXt-50 32x4d,
-MobileNet-V2, MobileNet-V3 small and SqueezeNet 1.1, BERT-base's encoder, ViT-S/16, a GPT-style
-decoder, TenSet's DCGAN), which is what decides the tensor programs a network
+MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T and ShuffleNet-V2 1.0x,
+BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder, TenSet's DCGAN), which is what decides the tensor programs a network
 yields; the weights do not matter for tuning, so they are random with a fixed seed.
 """
 
@@ -417,6 +417,142 @@ class GPTDecoder(nn.Module):
         return self.ln(self.layers(x)).reshape(b, self.seq, self.hidden)
 
 
+# ---------------------------------------------------------- ConvNeXt-T (Liu et al. 2022)
+
+
+class ChannelsLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of an NCHW tensor (ConvNeXt's LayerNorm2d)."""
+
+    def forward(self, x):
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+class ConvNeXtBlock(nn.Module):
+    """7x7 depthwise convolution, LayerNorm, an inverted MLP (4x, GELU) over channels-last
+    tokens, a per-channel layer scale, the residual."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(Dense(dim, 4 * dim), nn.GELU(), Dense(4 * dim, dim))
+        self.scale = nn.Parameter(torch.full((dim,), 1e-6))
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        y = self.norm(self.dwconv(x).permute(0, 2, 3, 1)).reshape(b * h * w, c)
+        y = (self.mlp(y) * self.scale).reshape(b, h, w, c).permute(0, 3, 1, 2)
+        return x + y
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self, depths=(3, 3, 9, 3), dims=(96, 192, 384, 768), num_classes: int = 1000):
+        super().__init__()
+        layers = [nn.Conv2d(3, dims[0], 4, 4), ChannelsLayerNorm(dims[0], eps=1e-6)]
+        for i, (depth, dim) in enumerate(zip(depths, dims)):
+            if i:
+                layers += [ChannelsLayerNorm(dims[i - 1], eps=1e-6), nn.Conv2d(dims[i - 1], dim, 2, 2)]
+            layers += [ConvNeXtBlock(dim) for _ in range(depth)]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.norm = nn.LayerNorm(dims[-1], eps=1e-6)
+        self.head = Dense(dims[-1], num_classes)
+
+    def forward(self, x):
+        return self.head(self.norm(torch.flatten(self.pool(self.features(x)), 1)))
+
+
+# ------------------------------------------------------- ShuffleNet-V2 1.0x (Ma et al. 2018)
+
+
+def _channel_shuffle(x, groups: int = 2):
+    b, c, h, w = x.shape
+    return x.reshape(b, groups, c // groups, h, w).transpose(1, 2).reshape(b, c, h, w)
+
+
+class ShuffleUnit(nn.Module):
+    """Stride 1: half the channels pass, the other half go 1x1 -> 3x3 depthwise -> 1x1;
+    stride 2: both halves are convolved and the width doubles. Then a channel shuffle."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.stride = stride
+        half = cout // 2
+        inner = cin if stride > 1 else half
+        if stride > 1:
+            self.branch1 = nn.Sequential(
+                nn.Conv2d(cin, cin, 3, stride, 1, groups=cin, bias=False), nn.BatchNorm2d(cin),
+                nn.Conv2d(cin, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU())
+        self.branch2 = nn.Sequential(
+            nn.Conv2d(inner, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU(),
+            nn.Conv2d(half, half, 3, stride, 1, groups=half, bias=False), nn.BatchNorm2d(half),
+            nn.Conv2d(half, half, 1, bias=False), nn.BatchNorm2d(half), nn.ReLU())
+
+    def forward(self, x):
+        if self.stride > 1:
+            out = torch.cat([self.branch1(x), self.branch2(x)], 1)
+        else:
+            a, b = x.chunk(2, dim=1)
+            out = torch.cat([a, self.branch2(b)], 1)
+        return _channel_shuffle(out)
+
+
+class ShuffleNetV2(nn.Module):
+    def __init__(self, repeats=(4, 8, 4), widths=(24, 116, 232, 464, 1024), num_classes: int = 1000):
+        super().__init__()
+        layers = [nn.Conv2d(3, widths[0], 3, 2, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(),
+                  nn.MaxPool2d(3, 2, 1)]
+        cin = widths[0]
+        for n, cout in zip(repeats, widths[1:4]):
+            layers += [ShuffleUnit(cin, cout, 2)] + [ShuffleUnit(cout, cout, 1) for _ in range(n - 1)]
+            cin = cout
+        layers += [nn.Conv2d(cin, widths[4], 1, bias=False), nn.BatchNorm2d(widths[4]), nn.ReLU()]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(widths[4], num_classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+# ----------------------------------------------------- MLP-Mixer S/16 (Tolstikhin et al. 2021)
+
+
+class MixerLayer(nn.Module):
+    """Token mixing (an MLP across the 196 patches, per channel), then channel mixing (an MLP
+    across channels, per patch), each pre-LN with a residual."""
+
+    def __init__(self, tokens: int, hidden: int, token_mlp: int, channel_mlp: int):
+        super().__init__()
+        self.tokens, self.hidden = tokens, hidden
+        self.ln1, self.ln2 = nn.LayerNorm(hidden, eps=1e-6), nn.LayerNorm(hidden, eps=1e-6)
+        self.token_mlp = nn.Sequential(Dense(tokens, token_mlp), nn.GELU(), Dense(token_mlp, tokens))
+        self.channel_mlp = nn.Sequential(Dense(hidden, channel_mlp), nn.GELU(), Dense(channel_mlp, hidden))
+
+    def forward(self, x):
+        b = x.shape[0] // self.tokens
+        y = self.ln1(x).reshape(b, self.tokens, self.hidden).transpose(1, 2).reshape(b * self.hidden, self.tokens)
+        y = self.token_mlp(y).reshape(b, self.hidden, self.tokens).transpose(1, 2).reshape(x.shape)
+        x = x + y
+        return x + self.channel_mlp(self.ln2(x))
+
+
+class MLPMixer(nn.Module):
+    def __init__(self, hidden: int = 512, layers: int = 8, patch: int = 16, token_mlp: int = 256,
+                 channel_mlp: int = 2048, num_classes: int = 1000):
+        super().__init__()
+        self.hidden, self.tokens = hidden, (224 // patch) ** 2
+        self.patch = nn.Conv2d(3, hidden, patch, patch)
+        self.layers = nn.Sequential(*[MixerLayer(self.tokens, hidden, token_mlp, channel_mlp) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden, eps=1e-6)
+        self.head = Dense(hidden, num_classes)
+
+    def forward(self, x):
+        b = x.shape[0]
+        tokens = self.patch(x).flatten(2).transpose(1, 2).reshape(b * self.tokens, self.hidden)
+        x = self.ln(self.layers(tokens)).reshape(b, self.tokens, self.hidden)
+        return self.head(x.mean(1))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -460,9 +596,22 @@ def gpt_decoder() -> nn.Module:
     return GPTDecoder()
 
 
+def convnext_tiny() -> nn.Module:
+    return ConvNeXt()
+
+
+def shufflenet_v2() -> nn.Module:
+    return ShuffleNetV2()
+
+
+def mlp_mixer() -> nn.Module:
+    return MLPMixer()
+
+
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": squeezenet, "mobilenet_v3": mobilenet_v3, "dcgan": dcgan, "vit": vit,
-            "gpt_decoder": gpt_decoder}
+            "gpt_decoder": gpt_decoder, "convnext_tiny": convnext_tiny, "shufflenet_v2": shufflenet_v2,
+            "mlp_mixer": mlp_mixer}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
