@@ -564,10 +564,6 @@ def resnet50() -> nn.Module:
     return ResNet(Bottleneck, [3, 4, 6, 3])
 
 
-def mobilenet_v2() -> nn.Module:
-    return MobileNetV2()
-
-
 def bert_encoder(layers: int = 12, seq: int = 128) -> nn.Module:
     return BertEncoder(BertConfig(layers=layers, seq=seq))
 
@@ -576,42 +572,11 @@ def resnext50() -> nn.Module:
     return ResNet(ResNeXtBottleneck, [3, 4, 6, 3])
 
 
-def squeezenet() -> nn.Module:
-    return SqueezeNet()
-
-
-def mobilenet_v3() -> nn.Module:
-    return MobileNetV3Small()
-
-
-def dcgan() -> nn.Module:
-    return DCGAN()
-
-
-def vit() -> nn.Module:
-    return ViT()
-
-
-def gpt_decoder() -> nn.Module:
-    return GPTDecoder()
-
-
-def convnext_tiny() -> nn.Module:
-    return ConvNeXt()
-
-
-def shufflenet_v2() -> nn.Module:
-    return ShuffleNetV2()
-
-
-def mlp_mixer() -> nn.Module:
-    return MLPMixer()
-
-
-NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_encoder": bert_encoder,
-            "resnext50": resnext50, "squeezenet": squeezenet, "mobilenet_v3": mobilenet_v3, "dcgan": dcgan, "vit": vit,
-            "gpt_decoder": gpt_decoder, "convnext_tiny": convnext_tiny, "shufflenet_v2": shufflenet_v2,
-            "mlp_mixer": mlp_mixer}
+# name -> constructor (a model class or a function of the options `build` passes on)
+NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
+            "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
+            "vit": ViT, "gpt_decoder": GPTDecoder, "convnext_tiny": ConvNeXt, "shufflenet_v2": ShuffleNetV2,
+            "mlp_mixer": MLPMixer}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
