@@ -135,7 +135,8 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
                      metrics: tuple[str, ...] = RUN_METRICS, *, resamples: int = 5000, level: float = LEVEL,
                      seed: int = 0) -> pd.DataFrame:
     """Margins paired over the leave-one-network-out runs: per features, the model of the best
-    mean `select` (the choice) minus every other model, then each (model, reference) of
+    mean `select` (the choice; `REFERENCE` is what candidates are measured against, never the
+    choice while another model has runs) minus every other model, then each (model, reference) of
     `pairs`; for each metric the mean over the runs both have (same held-out network and
     seed) of the difference, a bootstrap interval over those runs and the runs won. What the
     choice's margin on validation is worth, which the per-network means cannot say.
@@ -149,7 +150,8 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
         means = g.groupby("model")[select].mean().dropna()
         if means.empty:
             continue
-        choice = means.idxmax()
+        candidates = means.drop(REFERENCE, errors="ignore")
+        choice = (candidates if len(candidates) else means).idxmax()
         todo = [(choice, m) for m in means.sort_values(ascending=False).index if m != choice] + list(pairs)
         for metric in (m for m in metrics if m in g.columns):
             wide = g.pivot_table(index=["heldout", "seed"], columns="model", values=metric)

@@ -166,3 +166,8 @@ def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     assert test["diff"] == pytest.approx(-0.65) and test["won"] == 0 and -0.8 <= test["lo"] <= test["hi"] <= -0.6
     assert t.loc[("ms_xgb", "a", "val_top1_score"), "diff"] == pytest.approx(-0.025)
     assert E.paired_over_runs(runs.query("split == 'by_task'"), "val_top1_score").empty
+    # the reference is never the choice: with ms_xgb best on validation, "a" is still chosen
+    ahead = runs.assign(val_top1_score=np.where(runs["model"] == "ms_xgb", 0.99, runs["val_top1_score"]))
+    out = E.paired_over_runs(ahead, "val_top1_score", metrics=("val_top1_score",), resamples=100)
+    assert out[["model", "reference"]].values.tolist() == [["a", "ms_xgb"]]
+    assert out["diff"].iloc[0] < 0

@@ -330,7 +330,7 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
     margins = tables.get("margins")
     if margins is not None and len(margins):
         text += ["## Paired over runs\n",
-                 f"Per features, the model of the best mean {select} (the choice) minus every other model, then the "
+                 f"Per features, the model of the best mean {select} (the choice; never the reference, {E.REFERENCE}) minus every other model, then the "
                  f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
                  f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
                  f"{select} margin holds 0 is not resolved by validation.\n", to_markdown(margin_report(margins))]
