@@ -118,14 +118,19 @@ def test_networks_run_in_torch():
         assert tuple(model(words).shape) == (1, 128, 768)
     n_params = sum(p.numel() for p in networks.resnet50().parameters())
     assert n_params == 25_557_032  # torchvision's resnet50
-    # torchvision's squeezenet1_1, mobilenet_v3_small, resnext50_32x4d, convnext_tiny and
-    # shufflenet_v2_x1_0, timm's vit_small_patch16_224 and mixer_s16_224
+    # torchvision's squeezenet1_1, mobilenet_v3_small, resnext50_32x4d, convnext_tiny,
+    # shufflenet_v2_x1_0 and efficientnet_b0, timm's vit_small_patch16_224 and mixer_s16_224;
+    # SmolLM2-135M's 134,515,008 less its (tied) 49,152 x 576 token embedding; wav2vec 2.0
+    # base's layers (a plain weight for the weight-normalised position convolution, no
+    # training-only mask embedding)
     published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
-                 "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264}
+                 "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264,
+                 "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
-                        ("convnext_tiny", (1, 1000)), ("shufflenet_v2", (1, 1000)), ("mlp_mixer", (1, 1000))]:
+                        ("convnext_tiny", (1, 1000)), ("shufflenet_v2", (1, 1000)), ("mlp_mixer", (1, 1000)),
+                        ("efficientnet_b0", (1, 1000)), ("smollm_decoder", (1, 256, 576)), ("wav2vec2", (1, 49, 768))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape

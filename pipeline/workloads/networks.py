@@ -1,9 +1,11 @@
 """Reference network architectures in plain torch.nn (random weights, no downloads).
 
 The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeXt-50 32x4d,
-MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T and ShuffleNet-V2 1.0x,
-BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder, TenSet's DCGAN), which is what decides the tensor programs a network
-yields; the weights do not matter for tuning, so they are random with a fixed seed.
+MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x and
+EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
+SmolLM2-135M's decoder, wav2vec 2.0 base, TenSet's DCGAN), which is what decides the tensor
+programs a network yields; the weights do not matter for tuning, so they are random with a
+fixed seed.
 """
 
 from __future__ import annotations
@@ -157,6 +159,7 @@ class BertConfig:
     layers: int = 12
     seq: int = 128
     max_positions: int = 512
+    ln_eps: float = 1e-12
 
 
 class Dense(nn.Module):
@@ -166,16 +169,17 @@ class Dense(nn.Module):
     must then constant-fold for every layer (seconds of work for BERT-base).
     """
 
-    def __init__(self, cin: int, cout: int):
+    def __init__(self, cin: int, cout: int, bias: bool = True):
         super().__init__()
         self.weight = nn.Parameter(torch.empty(cin, cout))
-        self.bias = nn.Parameter(torch.empty(cout))
+        self.bias = nn.Parameter(torch.empty(cout)) if bias else None
         bound = cin**-0.5  # nn.Linear's default init range
         nn.init.uniform_(self.weight, -bound, bound)
-        nn.init.uniform_(self.bias, -bound, bound)
+        if bias:
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x):
-        return torch.addmm(self.bias, x, self.weight)
+        return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
 
 
 class BertLayer(nn.Module):
@@ -192,9 +196,9 @@ class BertLayer(nn.Module):
         self.key = Dense(c.hidden, c.hidden)
         self.value = Dense(c.hidden, c.hidden)
         self.out = Dense(c.hidden, c.hidden)
-        self.ln1 = nn.LayerNorm(c.hidden, eps=1e-12)
+        self.ln1 = nn.LayerNorm(c.hidden, eps=c.ln_eps)
         self.ffn = nn.Sequential(Dense(c.hidden, c.intermediate), nn.GELU(), Dense(c.intermediate, c.hidden))
-        self.ln2 = nn.LayerNorm(c.hidden, eps=1e-12)
+        self.ln2 = nn.LayerNorm(c.hidden, eps=c.ln_eps)
 
     def _split(self, y):
         """[batch*seq, hidden] -> [batch*heads, seq, head_dim]."""
@@ -270,10 +274,10 @@ class SqueezeNet(nn.Module):
 
 
 class SqueezeExcite(nn.Module):
-    def __init__(self, c: int, squeeze: int):
+    def __init__(self, c: int, squeeze: int, act: type[nn.Module] = nn.ReLU, gate: type[nn.Module] = nn.Hardsigmoid):
         super().__init__()
-        self.fc = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, squeeze, 1), nn.ReLU(), nn.Conv2d(squeeze, c, 1),
-                                nn.Hardsigmoid())
+        self.fc = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(c, squeeze, 1), act(), nn.Conv2d(squeeze, c, 1),
+                                gate())
 
     def forward(self, x):
         return x * self.fc(x)
@@ -553,6 +557,156 @@ class MLPMixer(nn.Module):
         return self.head(x.mean(1))
 
 
+# ------------------------------------------------------ EfficientNet-B0 (Tan and Le 2019)
+
+
+class MBConv(nn.Module):
+    """1x1 expansion, k x k depthwise convolution, squeeze-and-excitation (SiLU, sigmoid, a
+    quarter of the block's input channels), 1x1 projection; SiLU throughout."""
+
+    def __init__(self, cin: int, expand: int, k: int, stride: int, cout: int):
+        super().__init__()
+        hidden = cin * expand
+        bn = lambda c: nn.BatchNorm2d(c, eps=1e-3)  # noqa: E731
+        layers = [] if expand == 1 else [nn.Conv2d(cin, hidden, 1, bias=False), bn(hidden), nn.SiLU()]
+        layers += [nn.Conv2d(hidden, hidden, k, stride, k // 2, groups=hidden, bias=False), bn(hidden), nn.SiLU(),
+                   SqueezeExcite(hidden, max(1, cin // 4), nn.SiLU, nn.Sigmoid),
+                   nn.Conv2d(hidden, cout, 1, bias=False), bn(cout)]
+        self.block = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class EfficientNetB0(nn.Module):
+    # (expansion, kernel, stride, out channels, repeats): the paper's Table 1.
+    STAGES = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+
+    def __init__(self, num_classes: int = 1000):
+        super().__init__()
+        layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32, eps=1e-3), nn.SiLU()], 32
+        for expand, k, stride, cout, repeats in self.STAGES:
+            for i in range(repeats):
+                layers.append(MBConv(cin, expand, k, stride if i == 0 else 1, cout))
+                cin = cout
+        layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280, eps=1e-3), nn.SiLU()]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.classifier = nn.Linear(1280, num_classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
+# ------------------------------------------- SmolLM2-135M's decoder (a Llama-style model)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class LlamaLayer(nn.Module):
+    """Pre-RMSNorm causal attention with grouped key/value heads and rotary position
+    embeddings, then a SwiGLU MLP; no biases. Tokens are [batch*seq, hidden]."""
+
+    def __init__(self, hidden: int, heads: int, kv_heads: int, intermediate: int, seq: int, theta: float):
+        super().__init__()
+        self.seq, self.heads, self.kv_heads, self.head_dim = seq, heads, kv_heads, hidden // heads
+        kv = kv_heads * self.head_dim
+        self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
+        self.q, self.k, self.v = Dense(hidden, hidden, False), Dense(hidden, kv, False), Dense(hidden, kv, False)
+        self.o = Dense(hidden, hidden, False)
+        self.gate, self.up = Dense(hidden, intermediate, False), Dense(hidden, intermediate, False)
+        self.down = Dense(intermediate, hidden, False)
+        inv = theta ** (-torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim)
+        angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv).repeat(1, 2)
+        self.register_buffer("cos", angles.cos())
+        self.register_buffer("sin", angles.sin())
+        self.register_buffer("mask", torch.full((seq, seq), float("-inf")).triu(1))
+
+    def _heads(self, y, n: int):
+        """[batch*seq, n*head_dim] -> [batch, n, seq, head_dim], rotated."""
+        y = y.reshape(-1, self.seq, n, self.head_dim).transpose(1, 2)
+        half = self.head_dim // 2
+        return y * self.cos + torch.cat([-y[..., half:], y[..., :half]], -1) * self.sin
+
+    def forward(self, x):
+        b, groups = x.shape[0] // self.seq, self.heads // self.kv_heads
+        h = self.norm1(x)
+        q = self._heads(self.q(h), self.heads).reshape(b * self.heads, self.seq, self.head_dim)
+        k = self._heads(self.k(h), self.kv_heads)
+        v = self.v(h).reshape(b, self.seq, self.kv_heads, self.head_dim).transpose(1, 2)
+        k, v = (t[:, :, None].expand(b, self.kv_heads, groups, self.seq, self.head_dim)
+                .reshape(b * self.heads, self.seq, self.head_dim) for t in (k, v))
+        scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5) + self.mask
+        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
+        ctx = ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
+        x = x + self.o(ctx)
+        h = self.norm2(x)
+        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
+
+
+class LlamaDecoder(nn.Module):
+    """SmolLM2-135M's decoder stack (hidden 576, 9 query and 3 key/value heads, SwiGLU 1536,
+    30 layers, RoPE base 10000) over token embeddings [batch, seq, hidden], seq 256; the input
+    is already embedded, as BERT's is."""
+
+    def __init__(self, hidden: int = 576, heads: int = 9, kv_heads: int = 3, intermediate: int = 1536,
+                 layers: int = 30, seq: int = 256, theta: float = 10000.0):
+        super().__init__()
+        self.hidden, self.seq = hidden, seq
+        self.example_shape = (seq, hidden)
+        self.layers = nn.Sequential(*[LlamaLayer(hidden, heads, kv_heads, intermediate, seq, theta)
+                                      for _ in range(layers)])
+        self.norm = RMSNorm(hidden)
+
+    def forward(self, words):
+        b = words.shape[0]
+        return self.norm(self.layers(words.reshape(b * self.seq, self.hidden))).reshape(b, self.seq, self.hidden)
+
+
+# ---------------------------------------------- wav2vec 2.0 base (Baevski et al. 2020)
+
+
+class Wav2Vec2(nn.Module):
+    """Raw audio [batch, samples] -> hidden states [batch, frames, 768]: seven 1-D
+    convolutions (512 channels, strides 5,2,2,2,2,2,2; GroupNorm after the first, GELU),
+    a projection to 768, a grouped convolutional position embedding (kernel 128, 16 groups;
+    its weight normalisation is a plain weight at inference) and twelve post-LN transformer
+    layers. One second at 16 kHz is 49 frames."""
+
+    def __init__(self, samples: int = 16000, hidden: int = 768, layers: int = 12):
+        super().__init__()
+        self.example_shape = (samples,)
+        convs, cin, frames = [], 1, samples
+        for i, (k, s) in enumerate([(10, 5)] + [(3, 2)] * 4 + [(2, 2)] * 2):
+            convs += [nn.Conv1d(cin, 512, k, s, bias=False)] + ([nn.GroupNorm(512, 512)] if i == 0 else [])
+            convs.append(nn.GELU())
+            cin, frames = 512, (frames - k) // s + 1
+        self.features = nn.Sequential(*convs)
+        self.frames, self.hidden = frames, hidden
+        self.project = nn.Sequential(nn.LayerNorm(512), nn.Linear(512, hidden))
+        self.position = nn.Conv1d(hidden, hidden, 128, padding=64, groups=16)
+        self.ln = nn.LayerNorm(hidden)
+        c = BertConfig(hidden=hidden, heads=12, intermediate=4 * hidden, layers=layers, seq=frames, ln_eps=1e-5)
+        self.layers = nn.Sequential(*[BertLayer(c) for _ in range(layers)])
+
+    def forward(self, audio):
+        b = audio.shape[0]
+        x = self.project(self.features(audio[:, None]).transpose(1, 2))
+        pos = nn.functional.gelu(self.position(x.transpose(1, 2))[:, :, :-1]).transpose(1, 2)
+        x = self.ln(x + pos).reshape(b * self.frames, self.hidden)
+        return self.layers(x).reshape(b, self.frames, self.hidden)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -576,7 +730,8 @@ def resnext50() -> nn.Module:
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
             "vit": ViT, "gpt_decoder": GPTDecoder, "convnext_tiny": ConvNeXt, "shufflenet_v2": ShuffleNetV2,
-            "mlp_mixer": MLPMixer}
+            "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
+            "wav2vec2": Wav2Vec2}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
