@@ -54,6 +54,8 @@ def test_killed_replay_leaves_no_worker_and_resumes_without_loss(measured_worksp
     proc = start_stage("replay", args)
     try:
         wait_for(lambda: list((ws / "kernels").glob("part-*.parquet")), what="the first kernels")
+        # Paused, so that it is still running (and halfway) however slowly the second starts.
+        os.kill(proc.pid, signal.SIGSTOP)
         # A second replay of the workspace while the first runs: refused, naming the first.
         second = subprocess.run([sys.executable, "-m", "pipeline", "stage=replay", *args], cwd=ROOT,
                                 capture_output=True, text=True, timeout=300)
