@@ -122,18 +122,30 @@ def test_networks_run_in_torch():
     # shufflenet_v2_x1_0 and efficientnet_b0, timm's vit_small_patch16_224 and mixer_s16_224;
     # SmolLM2-135M's 134,515,008 less its (tied) 49,152 x 576 token embedding; wav2vec 2.0
     # base's layers (a plain weight for the weight-normalised position convolution, no
-    # training-only mask embedding)
+    # training-only mask embedding); openai-whisper's tiny encoder 7,632,384 (its key
+    # projection, bias-free there, shares the fused projection's bias here: + 4 x 384);
+    # QuartzNet 5x5's 6.7M; t5-small's 60,506,624 less its 32,128 x 512 embedding and decoder
     published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
                  "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264,
-                 "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816}
+                 "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816,
+                 "whisper_encoder": 7_632_384 + 4 * 384, "quartznet": 6_713_181, "t5_encoder": 18_881_280}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
                         ("convnext_tiny", (1, 1000)), ("shufflenet_v2", (1, 1000)), ("mlp_mixer", (1, 1000)),
-                        ("efficientnet_b0", (1, 1000)), ("smollm_decoder", (1, 256, 576)), ("wav2vec2", (1, 49, 768))]:
+                        ("efficientnet_b0", (1, 1000)), ("smollm_decoder", (1, 256, 576)), ("wav2vec2", (1, 49, 768)),
+                        ("whisper_encoder", (1, 1500, 384)), ("quartznet", (1, 29, 500)), ("t5_encoder", (1, 128, 512))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
+
+
+def test_t5_relative_position_buckets():
+    """T5's bidirectional buckets: exact up to 7 apart, logarithmic beyond, keys after the
+    query in the upper 16; the values Hugging Face's `_relative_position_bucket` gives."""
+    buckets = networks._t5_buckets(128)
+    assert buckets[0, 0] == 0 and buckets[0, 1] == 17 and buckets[1, 0] == 1 and buckets[7, 0] == 7
+    assert buckets[9, 0] == 8 and buckets[20, 0] == 10 and buckets[0, 127] == 31 and buckets[127, 0] == 15
 
 
 def test_stage_tasks_on_zoo(tmp_path):

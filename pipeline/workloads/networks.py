@@ -3,7 +3,8 @@
 The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeXt-50 32x4d,
 MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x and
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
-SmolLM2-135M's decoder, wav2vec 2.0 base, TenSet's DCGAN), which is what decides the tensor
+SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
+encoder, TenSet's DCGAN), which is what decides the tensor
 programs a network yields; the weights do not matter for tuning, so they are random with a
 fixed seed.
 """
@@ -707,6 +708,139 @@ class Wav2Vec2(nn.Module):
         return self.layers(x).reshape(b, self.frames, self.hidden)
 
 
+# -------------------------------------- Whisper tiny's audio encoder (Radford et al. 2022)
+
+
+class WhisperEncoder(nn.Module):
+    """Log-mel spectrogram [batch, 80, 3000] (30 s) -> hidden states [batch, 1500, 384]: two
+    1-D convolutions (kernel 3, the second of stride 2, GELU), fixed sinusoidal positions and
+    four pre-LN layers (6 heads, MLP 1536): 1,500-token attention."""
+
+    def __init__(self, mels: int = 80, frames: int = 3000, hidden: int = 384, heads: int = 6, layers: int = 4):
+        super().__init__()
+        self.example_shape = (mels, frames)
+        self.hidden, self.seq = hidden, frames // 2
+        self.conv1 = nn.Conv1d(mels, hidden, 3, padding=1)
+        self.conv2 = nn.Conv1d(hidden, hidden, 3, stride=2, padding=1)
+        inv = torch.exp(-torch.log(torch.tensor(10000.0)) / (hidden // 2 - 1) * torch.arange(hidden // 2))
+        angles = torch.arange(self.seq)[:, None] * inv[None]
+        self.register_buffer("position", torch.cat([angles.sin(), angles.cos()], 1))
+        self.layers = nn.Sequential(*[PreLNLayer(hidden, heads, 4 * hidden, self.seq) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden)
+
+    def forward(self, mel):
+        b = mel.shape[0]
+        x = nn.functional.gelu(self.conv2(nn.functional.gelu(self.conv1(mel)))).transpose(1, 2) + self.position
+        return self.ln(self.layers(x.reshape(b * self.seq, self.hidden))).reshape(b, self.seq, self.hidden)
+
+
+# ------------------------------------------------ QuartzNet 5x5 (Kriman et al. 2020)
+
+
+def _separable(cin: int, cout: int, k: int, stride: int = 1, dilation: int = 1) -> list[nn.Module]:
+    """A time-channel separable 1-D convolution: k-wide depthwise, then pointwise, then BN."""
+    return [nn.Conv1d(cin, cin, k, stride, padding=k // 2 * dilation, dilation=dilation, groups=cin, bias=False),
+            nn.Conv1d(cin, cout, 1, bias=False), nn.BatchNorm1d(cout)]
+
+
+class QuartzBlock(nn.Module):
+    """R separable convolutions (ReLU between), the block's input through a pointwise
+    convolution and BN added before the last ReLU."""
+
+    def __init__(self, cin: int, cout: int, k: int, repeat: int = 5):
+        super().__init__()
+        body = []
+        for i in range(repeat):
+            body += _separable(cin if i == 0 else cout, cout, k) + ([nn.ReLU()] if i < repeat - 1 else [])
+        self.body = nn.Sequential(*body)
+        self.residual = nn.Sequential(nn.Conv1d(cin, cout, 1, bias=False), nn.BatchNorm1d(cout))
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.residual(x))
+
+
+class QuartzNet(nn.Module):
+    """QuartzNet 5x5 speech recognition over 64 mel features [batch, 64, frames] (10 s: 1,000
+    frames) -> character logits [batch, 29, frames / 2]: depthwise 1-D kernels 33 to 87 wide."""
+
+    def __init__(self, features: int = 64, frames: int = 1000, classes: int = 29):
+        super().__init__()
+        self.example_shape = (features, frames)
+        blocks = [QuartzBlock(256, 256, 33), QuartzBlock(256, 256, 39), QuartzBlock(256, 512, 51),
+                  QuartzBlock(512, 512, 63), QuartzBlock(512, 512, 75)]
+        self.net = nn.Sequential(*_separable(features, 256, 33, stride=2), nn.ReLU(), *blocks,
+                                 *_separable(512, 512, 87, dilation=2), nn.ReLU(),
+                                 nn.Conv1d(512, 1024, 1, bias=False), nn.BatchNorm1d(1024), nn.ReLU(),
+                                 nn.Conv1d(1024, classes, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+# --------------------------------------------------- T5-small's encoder (Raffel et al. 2020)
+
+
+class T5Layer(nn.Module):
+    """Pre-RMSNorm attention without score scaling, a relative position bias added to the
+    scores, then a ReLU MLP; no biases. Tokens are [batch*seq, hidden]."""
+
+    def __init__(self, hidden: int, heads: int, intermediate: int, seq: int):
+        super().__init__()
+        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
+        self.norm1, self.norm2 = RMSNorm(hidden, 1e-6), RMSNorm(hidden, 1e-6)
+        self.q, self.k, self.v, self.o = (Dense(hidden, hidden, False) for _ in range(4))
+        self.mlp = nn.Sequential(Dense(hidden, intermediate, False), nn.ReLU(), Dense(intermediate, hidden, False))
+
+    def _heads(self, y):
+        return y.reshape(-1, self.seq, self.heads, self.head_dim).transpose(1, 2).reshape(-1, self.seq, self.head_dim)
+
+    def forward(self, x, bias):
+        b = x.shape[0] // self.seq
+        h = self.norm1(x)
+        scores = torch.bmm(self._heads(self.q(h)), self._heads(self.k(h)).transpose(1, 2))
+        attn = torch.softmax(scores.reshape(b, self.heads, self.seq, self.seq) + bias, dim=-1)
+        ctx = torch.bmm(attn.reshape(-1, self.seq, self.seq), self._heads(self.v(h)))
+        x = x + self.o(ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape))
+        return x + self.mlp(self.norm2(x))
+
+
+def _t5_buckets(seq: int, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """T5's bidirectional relative position buckets [seq, seq]: exact for small distances,
+    logarithmic up to max_distance."""
+    rel = torch.arange(seq)[None] - torch.arange(seq)[:, None]
+    half = buckets // 2
+    out = (rel > 0).long() * half
+    rel = rel.abs()
+    exact = half // 2
+    log = exact + (torch.log(rel.float().clamp(min=1) / exact) / torch.log(torch.tensor(max_distance / exact))
+                   * (half - exact)).long()
+    return out + torch.where(rel < exact, rel, log.clamp(max=half - 1))
+
+
+class T5Encoder(nn.Module):
+    """T5-small's encoder (hidden 512, 8 heads of 64, ReLU MLP 2048, 6 layers) over token
+    embeddings [batch, seq, hidden], seq 128. The relative position bias (32 buckets per head,
+    shared by the layers) is looked up once here: the sequence length is fixed, and a lookup
+    by integer index in the graph would be a task whose index argument a runner fills with
+    random bits."""
+
+    def __init__(self, hidden: int = 512, heads: int = 8, intermediate: int = 2048, layers: int = 6, seq: int = 128):
+        super().__init__()
+        self.hidden, self.seq = hidden, seq
+        self.example_shape = (seq, hidden)
+        self.relative_bias = nn.Embedding(32, heads)
+        self.register_buffer("bias", self.relative_bias.weight.detach()[_t5_buckets(seq)].permute(2, 0, 1)[None])
+        self.layers = nn.ModuleList([T5Layer(hidden, heads, intermediate, seq) for _ in range(layers)])
+        self.norm = RMSNorm(hidden, 1e-6)
+
+    def forward(self, words):
+        b = words.shape[0]
+        x = words.reshape(b * self.seq, self.hidden)
+        for layer in self.layers:
+            x = layer(x, self.bias)
+        return self.norm(x).reshape(b, self.seq, self.hidden)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -731,7 +865,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
             "vit": ViT, "gpt_decoder": GPTDecoder, "convnext_tiny": ConvNeXt, "shufflenet_v2": ShuffleNetV2,
             "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
-            "wav2vec2": Wav2Vec2}
+            "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
