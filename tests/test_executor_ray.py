@@ -73,9 +73,13 @@ def jobs_running_on(node) -> list[int]:
     return busy
 
 
-def outcome(df: pd.DataFrame) -> dict:
-    """record_id -> failed or not (timings differ from run to run; which records failed does not)."""
-    return dict(zip(df["record_id"], df["error"].notna()))
+def assert_same_outcome(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """The same records failed in both (timings differ from run to run; which records failed
+    does not); a difference is reported with the records' errors."""
+    errors = [df.set_index("record_id")["error"] for df in (got, want)]
+    assert sorted(errors[0].index) == sorted(errors[1].index)
+    differ = errors[0].notna() != errors[1].notna().reindex(errors[0].index)
+    assert not differ.any(), {r: (errors[0][r], errors[1][r]) for r in errors[0].index[differ]}
 
 
 def test_sample_replay_measure_on_ray_give_the_rows_of_executor_local(cluster, measured_workspace, tmp_path):
@@ -93,13 +97,14 @@ def test_sample_replay_measure_on_ray_give_the_rows_of_executor_local(cluster, m
     out = run_stage("replay", over)
     local, remote = (read_table(r / "kernels", S.KERNELS) for r in (root, ws))
     assert out["new"] == len(local) and remote["record_id"].is_unique
-    assert outcome(remote) == outcome(local)
+    assert_same_outcome(remote, local)
     built = remote.dropna(subset=["artifact"])
     assert all((ws / a).stat().st_size > 0 for a in built["artifact"])  # the libraries came back from the nodes
 
     out = run_stage("measure", over)
     local, remote = (read_table(r / "measurements", S.MEASUREMENTS) for r in (root, ws))
-    assert remote["record_id"].is_unique and outcome(remote) == outcome(local)
+    assert remote["record_id"].is_unique
+    assert_same_outcome(remote, local)
     assert dict(zip(remote["record_id"], remote["checked"])) == dict(zip(local["record_id"], local["checked"]))
     ok = remote[remote["error"].isna()]
     assert (ok["mean_s"] > 0).all() and ok.loc[ok["checked"], "correct"].all()
@@ -137,7 +142,7 @@ def test_a_node_removed_mid_replay_loses_nothing(cluster, measured_workspace, tm
     kernels = read_table(ws / "kernels", S.KERNELS)
     assert out["new"] == len(cands) and kernels["record_id"].is_unique
     assert set(kernels["record_id"]) == set(cands["record_id"])
-    assert outcome(kernels) == outcome(read_table(root / "kernels", S.KERNELS))
+    assert_same_outcome(kernels, read_table(root / "kernels", S.KERNELS))
     assert all((ws / a).exists() for a in kernels["artifact"].dropna())
 
 
