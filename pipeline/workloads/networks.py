@@ -183,6 +183,11 @@ class Dense(nn.Module):
         return torch.mm(x, self.weight) if self.bias is None else torch.addmm(self.bias, x, self.weight)
 
 
+def _split_heads(y, seq: int, heads: int):
+    """[batch*seq, hidden] -> [batch*heads, seq, head_dim]."""
+    return y.reshape(-1, seq, heads, y.shape[1] // heads).transpose(1, 2).reshape(-1, seq, y.shape[1] // heads)
+
+
 class BertLayer(nn.Module):
     """Post-LN transformer layer over tokens [batch*seq, hidden], as BERT computes it.
 
@@ -201,13 +206,8 @@ class BertLayer(nn.Module):
         self.ffn = nn.Sequential(Dense(c.hidden, c.intermediate), nn.GELU(), Dense(c.intermediate, c.hidden))
         self.ln2 = nn.LayerNorm(c.hidden, eps=c.ln_eps)
 
-    def _split(self, y):
-        """[batch*seq, hidden] -> [batch*heads, seq, head_dim]."""
-        b = y.shape[0] // self.seq
-        return y.reshape(b, self.seq, self.heads, self.head_dim).transpose(1, 2).reshape(-1, self.seq, self.head_dim)
-
     def forward(self, x):
-        q, k, v = self._split(self.query(x)), self._split(self.key(x)), self._split(self.value(x))
+        q, k, v = (_split_heads(y, self.seq, self.heads) for y in (self.query(x), self.key(x), self.value(x)))
         scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5)
         ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
         ctx = ctx.reshape(-1, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
@@ -791,15 +791,13 @@ class T5Layer(nn.Module):
         self.q, self.k, self.v, self.o = (Dense(hidden, hidden, False) for _ in range(4))
         self.mlp = nn.Sequential(Dense(hidden, intermediate, False), nn.ReLU(), Dense(intermediate, hidden, False))
 
-    def _heads(self, y):
-        return y.reshape(-1, self.seq, self.heads, self.head_dim).transpose(1, 2).reshape(-1, self.seq, self.head_dim)
-
     def forward(self, x, bias):
         b = x.shape[0] // self.seq
         h = self.norm1(x)
-        scores = torch.bmm(self._heads(self.q(h)), self._heads(self.k(h)).transpose(1, 2))
+        q, k, v = (_split_heads(y, self.seq, self.heads) for y in (self.q(h), self.k(h), self.v(h)))
+        scores = torch.bmm(q, k.transpose(1, 2))
         attn = torch.softmax(scores.reshape(b, self.heads, self.seq, self.seq) + bias, dim=-1)
-        ctx = torch.bmm(attn.reshape(-1, self.seq, self.seq), self._heads(self.v(h)))
+        ctx = torch.bmm(attn.reshape(-1, self.seq, self.seq), v)
         x = x + self.o(ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape))
         return x + self.mlp(self.norm2(x))
 
