@@ -148,6 +148,26 @@ def test_t5_relative_position_buckets():
     assert buckets[9, 0] == 8 and buckets[20, 0] == 10 and buckets[0, 127] == 31 and buckets[127, 0] == 15
 
 
+RELEASES = Path(__file__).resolve().parents[1] / "data" / "releases"
+
+
+@pytest.mark.parametrize("release,network", [("zoo_ops-llvm-epyc2-v1", "bert_encoder"),
+                                             ("zoo_ops-llvm-epyc2-v5", "wav2vec2"),
+                                             ("zoo_ops-llvm-epyc2-v6", "t5_encoder"),
+                                             ("zoo_ops-llvm-epyc2-v6", "whisper_encoder")])
+def test_networks_still_yield_their_released_tasks(release, network):
+    """A change to a network's definition that changes its tasks would orphan the released
+    labels: the definition must give the tasks (ids and weights) its release holds."""
+    import pandas as pd
+
+    table = RELEASES / release / "tables" / "network_tasks.parquet"
+    if not table.exists():
+        pytest.skip(f"release {release} is not committed here")
+    held = pd.read_parquet(table).query("network == @network")
+    tasks = zoo.load(_cfg(networks=[network]), _llvm())
+    assert {identity.task_id(t.mod): t.weight for t in tasks} == dict(zip(held["task_id"], held["weight"]))
+
+
 def test_stage_tasks_on_zoo(tmp_path):
     from hydra import compose, initialize_config_dir
 
