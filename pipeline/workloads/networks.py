@@ -4,7 +4,7 @@ The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeX
 MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x and
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
-encoder, TenSet's DCGAN), which is what decides the tensor
+encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, TenSet's DCGAN), which is what decides the tensor
 programs a network yields; the weights do not matter for tuning, so they are random with a
 fixed seed.
 """
@@ -839,6 +839,188 @@ class T5Encoder(nn.Module):
         return self.norm(x).reshape(b, self.seq, self.hidden)
 
 
+# ------------------------------------------ ECAPA-TDNN (Desplanques et al. 2020), C = 512
+
+
+class SERes2Block(nn.Module):
+    """Pointwise convolution, a Res2Net 1-D convolution (kernel 3, dilated; the channels in 8
+    groups, each after the first added to the previous group's output), pointwise again,
+    squeeze-excitation over time and the residual; ReLU then BN after each convolution."""
+
+    def __init__(self, c: int, dilation: int, scale: int = 8, se: int = 128):
+        super().__init__()
+        self.scale, width = scale, c // scale
+        self.pre = nn.Sequential(nn.Conv1d(c, c, 1), nn.ReLU(), nn.BatchNorm1d(c))
+        self.res2 = nn.ModuleList([nn.Sequential(nn.Conv1d(width, width, 3, padding=dilation, dilation=dilation),
+                                                 nn.ReLU(), nn.BatchNorm1d(width)) for _ in range(scale - 1)])
+        self.post = nn.Sequential(nn.Conv1d(c, c, 1), nn.ReLU(), nn.BatchNorm1d(c))
+        self.se = nn.Sequential(nn.Conv1d(c, se, 1), nn.ReLU(), nn.Conv1d(se, c, 1), nn.Sigmoid())
+
+    def forward(self, x):
+        parts = torch.chunk(self.pre(x), self.scale, dim=1)
+        out, y = [parts[0]], None
+        for i, conv in enumerate(self.res2):
+            y = conv(parts[i + 1] if y is None else parts[i + 1] + y)
+            out.append(y)
+        h = self.post(torch.cat(out, 1))
+        return x + h * self.se(h.mean(dim=2, keepdim=True))
+
+
+class ECAPATDNN(nn.Module):
+    """ECAPA-TDNN speaker embedding over 80 filterbanks [batch, 80, frames] (3 s: 300 frames)
+    -> [batch, 192]: a kernel-5 convolution, three SE-Res2 blocks (dilations 2, 3, 4), their
+    outputs joined by a pointwise convolution to 1,536 channels, attentive statistics pooling
+    with the utterance's mean and deviation as context, and a 192-wide embedding."""
+
+    def __init__(self, features: int = 80, frames: int = 300, c: int = 512, joined: int = 1536, embedding: int = 192):
+        super().__init__()
+        self.example_shape = (features, frames)
+        self.front = nn.Sequential(nn.Conv1d(features, c, 5, padding=2), nn.ReLU(), nn.BatchNorm1d(c))
+        self.blocks = nn.ModuleList([SERes2Block(c, d) for d in (2, 3, 4)])
+        self.join = nn.Sequential(nn.Conv1d(3 * c, joined, 1), nn.ReLU())
+        self.attention = nn.Sequential(nn.Conv1d(3 * joined, 128, 1), nn.ReLU(), nn.BatchNorm1d(128), nn.Tanh(),
+                                       nn.Conv1d(128, joined, 1))
+        self.head = nn.Sequential(nn.BatchNorm1d(2 * joined), nn.Linear(2 * joined, embedding), nn.BatchNorm1d(embedding))
+
+    @staticmethod
+    def _stats(x, w):
+        mean = (x * w).sum(dim=2, keepdim=True)
+        return mean, torch.sqrt(((x - mean) ** 2 * w).sum(dim=2, keepdim=True).clamp(min=1e-12))
+
+    def forward(self, x):
+        x = self.front(x)
+        outs = []
+        for block in self.blocks:
+            x = block(x)
+            outs.append(x)
+        x = self.join(torch.cat(outs, 1))
+        frames = x.shape[2]
+        mean, std = self._stats(x, torch.full_like(x[:, :1], 1.0 / frames))
+        context = torch.cat([x, mean.expand_as(x), std.expand_as(x)], 1)
+        w = torch.softmax(self.attention(context), dim=2)
+        mean, std = self._stats(x, w)
+        return self.head(torch.cat([mean, std], 1)[:, :, 0])
+
+
+# ----------------------------------------------- Conformer-S encoder (Gulati et al. 2020)
+
+
+class ConformerLayer(nn.Module):
+    """Half-step feed-forward (SiLU), pre-LN self-attention (plain scaled dot product: the
+    paper's relative-position terms are left out, as torchaudio's Conformer does), the
+    convolution module (pointwise to 2d, GLU, depthwise kernel 31, BN, SiLU, pointwise), a
+    second half-step feed-forward and a final LayerNorm. Tokens are [batch*seq, hidden]."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int, seq: int, kernel: int = 31):
+        super().__init__()
+        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
+        self.ffn1, self.ffn2 = (nn.Sequential(nn.LayerNorm(hidden), Dense(hidden, ffn), nn.SiLU(), Dense(ffn, hidden))
+                                for _ in range(2))
+        self.norm_attn = nn.LayerNorm(hidden)
+        self.qkv, self.o = Dense(hidden, 3 * hidden), Dense(hidden, hidden)
+        self.norm_conv = nn.LayerNorm(hidden)
+        self.conv = nn.Sequential(nn.Conv1d(hidden, 2 * hidden, 1), nn.GLU(dim=1),
+                                  nn.Conv1d(hidden, hidden, kernel, padding=kernel // 2, groups=hidden),
+                                  nn.BatchNorm1d(hidden), nn.SiLU(), nn.Conv1d(hidden, hidden, 1))
+        self.norm_out = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        b, d = x.shape[0] // self.seq, x.shape[1]
+        x = x + 0.5 * self.ffn1(x)
+        qkv = self.qkv(self.norm_attn(x))
+        q, k, v = (_split_heads(qkv[:, i * d:(i + 1) * d], self.seq, self.heads) for i in range(3))
+        attn = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5), dim=-1)
+        ctx = torch.bmm(attn, v).reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
+        x = x + self.o(ctx)
+        h = self.norm_conv(x).reshape(b, self.seq, d).transpose(1, 2)
+        x = x + self.conv(h).transpose(1, 2).reshape(x.shape)
+        return self.norm_out(x + 0.5 * self.ffn2(x))
+
+
+class ConformerEncoder(nn.Module):
+    """Conformer-S (hidden 144, 4 heads, feed-forward 576, 16 layers, depthwise kernel 31)
+    over 80 filterbanks [batch, frames, 80] (10 s: 1,000 frames): two 3x3 stride-2
+    convolutions (ReLU) subsample time by 4 to 249 frames, a linear projection, the layers.
+    8.35M parameters: the paper's 10.3M also counts its decoder."""
+
+    def __init__(self, features: int = 80, frames: int = 1000, hidden: int = 144, heads: int = 4, ffn: int = 576,
+                 layers: int = 16):
+        super().__init__()
+        self.example_shape = (frames, features)
+        self.subsample = nn.Sequential(nn.Conv2d(1, hidden, 3, 2), nn.ReLU(), nn.Conv2d(hidden, hidden, 3, 2), nn.ReLU())
+        t, f = (frames - 3) // 2 + 1, (features - 3) // 2 + 1
+        self.seq, self.hidden, self.width = (t - 3) // 2 + 1, hidden, (f - 3) // 2 + 1
+        self.project = Dense(hidden * self.width, hidden)
+        self.layers = nn.Sequential(*[ConformerLayer(hidden, heads, ffn, self.seq) for _ in range(layers)])
+
+    def forward(self, x):
+        b = x.shape[0]
+        x = self.subsample(x[:, None]).permute(0, 2, 1, 3).reshape(b * self.seq, self.hidden * self.width)
+        return self.layers(self.project(x)).reshape(b, self.seq, self.hidden)
+
+
+# ------------------------------------------- Conv-TasNet (Luo and Mesgarani 2019)
+
+
+class GlobalLayerNorm(nn.Module):
+    """Conv-TasNet's gLN: normalized over channels and time together, a gain and bias per channel."""
+
+    def __init__(self, c: int, eps: float = 1e-8):
+        super().__init__()
+        self.gamma, self.beta, self.eps = nn.Parameter(torch.ones(1, c, 1)), nn.Parameter(torch.zeros(1, c, 1)), eps
+
+    def forward(self, x):
+        mean = x.mean(dim=(1, 2), keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=(1, 2), keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class TasBlock(nn.Module):
+    """Pointwise B -> H, PReLU, gLN, dilated depthwise (kernel 3), PReLU, gLN, then pointwise
+    to the residual path and to the skip path."""
+
+    def __init__(self, b: int, h: int, skip: int, dilation: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv1d(b, h, 1), nn.PReLU(), GlobalLayerNorm(h),
+                                  nn.Conv1d(h, h, 3, padding=dilation, dilation=dilation, groups=h), nn.PReLU(),
+                                  GlobalLayerNorm(h))
+        self.residual, self.skip = nn.Conv1d(h, b, 1), nn.Conv1d(h, skip, 1)
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + self.residual(y), self.skip(y)
+
+
+class ConvTasNet(nn.Module):
+    """Conv-TasNet speech separation of 1 s at 8 kHz [batch, 8000] -> 2 sources [batch, 2,
+    8000], the paper's best (N 512, L 16, B 128, H 512, Sc 128, P 3, X 8, R 3; 5.1M
+    parameters): a 16-sample stride-8 encoder to 512 bases, gLN and a bottleneck to 128
+    channels, 3 repeats of 8 blocks (dilations 1 to 128) summing their skip outputs, sigmoid
+    masks and a transposed-convolution decoder."""
+
+    def __init__(self, samples: int = 8000, n: int = 512, length: int = 16, b: int = 128, h: int = 512,
+                 skip: int = 128, x: int = 8, r: int = 3, sources: int = 2):
+        super().__init__()
+        self.example_shape = (samples,)
+        self.n, self.sources = n, sources
+        self.encoder = nn.Conv1d(1, n, length, stride=length // 2, bias=False)
+        self.bottleneck = nn.Sequential(GlobalLayerNorm(n), nn.Conv1d(n, b, 1))
+        self.blocks = nn.ModuleList([TasBlock(b, h, skip, 2**i) for _ in range(r) for i in range(x)])
+        self.mask = nn.Sequential(nn.PReLU(), nn.Conv1d(skip, sources * n, 1), nn.Sigmoid())
+        self.decoder = nn.ConvTranspose1d(n, 1, length, stride=length // 2, bias=False)
+
+    def forward(self, audio):
+        batch = audio.shape[0]
+        w = torch.relu(self.encoder(audio[:, None]))
+        x, skips = self.bottleneck(w), 0
+        for block in self.blocks:
+            x, s = block(x)
+            skips = skips + s
+        masked = self.mask(skips).reshape(batch, self.sources, self.n, -1) * w[:, None]
+        out = self.decoder(masked.reshape(batch * self.sources, self.n, -1))
+        return out.reshape(batch, self.sources, -1)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -863,7 +1045,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
             "vit": ViT, "gpt_decoder": GPTDecoder, "convnext_tiny": ConvNeXt, "shufflenet_v2": ShuffleNetV2,
             "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
-            "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder}
+            "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
+            "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
