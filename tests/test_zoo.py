@@ -157,7 +157,10 @@ RELEASES = Path(__file__).resolve().parents[1] / "data" / "releases"
 @pytest.mark.parametrize("release,network", [("zoo_ops-llvm-epyc2-v1", "bert_encoder"),
                                              ("zoo_ops-llvm-epyc2-v5", "wav2vec2"),
                                              ("zoo_ops-llvm-epyc2-v6", "t5_encoder"),
-                                             ("zoo_ops-llvm-epyc2-v6", "whisper_encoder")])
+                                             ("zoo_ops-llvm-epyc2-v6", "whisper_encoder"),
+                                             ("zoo_ops-llvm-epyc2-v7", "ecapa_tdnn"),
+                                             ("zoo_ops-llvm-epyc2-v7", "conformer"),
+                                             ("zoo_ops-llvm-epyc2-v7", "conv_tasnet")])
 def test_networks_still_yield_their_released_tasks(release, network):
     """A change to a network's definition that changes its tasks would orphan the released
     labels: the definition must give the tasks (ids and weights) its release holds."""
