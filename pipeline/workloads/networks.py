@@ -963,7 +963,9 @@ class ConformerEncoder(nn.Module):
 
 
 class GlobalLayerNorm(nn.Module):
-    """Conv-TasNet's gLN: normalized over channels and time together, a gain and bias per channel."""
+    """Conv-TasNet's gLN: normalized over channels and time together, a gain and bias per
+    channel. The same function as nn.GroupNorm(1, c); written out as the reference
+    implementation has it, which is the graph (and the task ids) the seventh release holds."""
 
     def __init__(self, c: int, eps: float = 1e-8):
         super().__init__()
