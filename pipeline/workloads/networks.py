@@ -4,7 +4,8 @@ The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeX
 MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x and
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
-encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, TenSet's DCGAN), which is what decides the tensor
+encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, U-Net, YOLOv5s, X3D-XS,
+TenSet's DCGAN), which is what decides the tensor
 programs a network yields; the weights do not matter for tuning, so they are random with a
 fixed seed.
 """
@@ -1023,6 +1024,186 @@ class ConvTasNet(nn.Module):
         return out.reshape(batch, self.sources, -1)
 
 
+# ------------------------------------------------------- U-Net (Ronneberger et al. 2015)
+
+
+def _double_conv(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """U-Net segmentation [batch, 3, 128, 128] -> [batch, 2, 128, 128] at the common
+    PyTorch layout (two padded 3x3 convolutions with BatchNorm per level, 64 to 1024
+    channels over five levels, 2x2 max pools down, 2x2 stride-2 transposed convolutions up,
+    each concatenated with the skip of its level; 31.0M parameters)."""
+
+    def __init__(self, size: int = 128, channels: int = 3, classes: int = 2):
+        super().__init__()
+        self.example_shape = (channels, size, size)
+        widths = [64, 128, 256, 512, 1024]
+        self.down = nn.ModuleList([_double_conv(channels, 64)] +
+                                  [_double_conv(a, b) for a, b in zip(widths, widths[1:])])
+        self.up = nn.ModuleList([nn.ConvTranspose2d(b, a, 2, stride=2) for a, b in zip(widths[::-1][1:], widths[::-1])])
+        self.merge = nn.ModuleList([_double_conv(b, a) for a, b in zip(widths[::-1][1:], widths[::-1])])
+        self.pool, self.head = nn.MaxPool2d(2), nn.Conv2d(64, classes, 1)
+
+    def forward(self, x):
+        skips = []
+        for i, block in enumerate(self.down):
+            x = block(x if i == 0 else self.pool(x))
+            skips.append(x)
+        for up, merge, skip in zip(self.up, self.merge, skips[-2::-1]):
+            x = merge(torch.cat([skip, up(x)], dim=1))
+        return self.head(x)
+
+
+# ------------------------------------------------------------- YOLOv5s (Ultralytics v6.0)
+
+
+class _ConvBNSiLU(nn.Sequential):
+    def __init__(self, cin: int, cout: int, k: int = 1, stride: int = 1, padding: int | None = None):
+        super().__init__(nn.Conv2d(cin, cout, k, stride, k // 2 if padding is None else padding, bias=False),
+                         nn.BatchNorm2d(cout), nn.SiLU())
+
+
+class _C3(nn.Module):
+    """CSP bottleneck with three convolutions: n bottlenecks (1x1, 3x3, optional residual) on
+    half the channels, concatenated with a 1x1 of the input, then a 1x1."""
+
+    def __init__(self, cin: int, cout: int, n: int = 1, shortcut: bool = True):
+        super().__init__()
+        c = cout // 2
+        self.cv1, self.cv2, self.cv3 = _ConvBNSiLU(cin, c), _ConvBNSiLU(cin, c), _ConvBNSiLU(2 * c, cout)
+        self.m = nn.ModuleList([nn.Sequential(_ConvBNSiLU(c, c), _ConvBNSiLU(c, c, 3)) for _ in range(n)])
+        self.shortcut = shortcut
+
+    def forward(self, x):
+        y = self.cv1(x)
+        for block in self.m:
+            y = y + block(y) if self.shortcut else block(y)
+        return self.cv3(torch.cat([y, self.cv2(x)], dim=1))
+
+
+class _SPPF(nn.Module):
+    """Spatial pyramid pooling, fast: three 5x5 max pools in a row, concatenated."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.cv1, self.cv2 = _ConvBNSiLU(cin, cin // 2), _ConvBNSiLU(cin * 2, cout)
+        self.pool = nn.MaxPool2d(5, 1, 2)
+
+    def forward(self, x):
+        x = self.cv1(x)
+        y1 = self.pool(x)
+        y2 = self.pool(y1)
+        return self.cv2(torch.cat([x, y1, y2, self.pool(y2)], dim=1))
+
+
+class YOLOv5s(nn.Module):
+    """YOLOv5s (v6.0 layout, 80 classes) over a 320x320 image: CSP backbone (6x6 stride-2
+    stem, C3 blocks of 1/2/3/1 bottlenecks, SPPF), PANet neck (nearest 2x upsampling and
+    concatenation up, stride-2 3x3 down), three 1x1 detection heads of 3 anchors x 85,
+    sigmoid; the outputs of the three scales concatenated [batch, 3, 85, 2100]; 7,235,389
+    parameters, as the model summary counts them before BatchNorm is fused."""
+
+    def __init__(self, size: int = 320, classes: int = 80):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        self.backbone = nn.ModuleList([
+            _ConvBNSiLU(3, 32, 6, 2, 2), _ConvBNSiLU(32, 64, 3, 2), _C3(64, 64, 1),
+            _ConvBNSiLU(64, 128, 3, 2), _C3(128, 128, 2), _ConvBNSiLU(128, 256, 3, 2), _C3(256, 256, 3),
+            _ConvBNSiLU(256, 512, 3, 2), _C3(512, 512, 1), _SPPF(512, 512)])
+        self.lateral5, self.top4 = _ConvBNSiLU(512, 256), _C3(512, 256, 1, False)
+        self.lateral4, self.out3 = _ConvBNSiLU(256, 128), _C3(256, 128, 1, False)
+        self.down3, self.out4 = _ConvBNSiLU(128, 128, 3, 2), _C3(256, 256, 1, False)
+        self.down4, self.out5 = _ConvBNSiLU(256, 256, 3, 2), _C3(512, 512, 1, False)
+        self.heads = nn.ModuleList([nn.Conv2d(c, 3 * (classes + 5), 1) for c in (128, 256, 512)])
+        self.outputs = classes + 5
+
+    def forward(self, x):
+        features = []
+        for i, layer in enumerate(self.backbone):
+            x = layer(x)
+            if i in (4, 6):
+                features.append(x)
+        p3, p4 = features
+        l5 = self.lateral5(x)
+        up = nn.functional.interpolate(l5, scale_factor=2.0, mode="nearest")
+        l4 = self.lateral4(self.top4(torch.cat([up, p4], dim=1)))
+        up = nn.functional.interpolate(l4, scale_factor=2.0, mode="nearest")
+        o3 = self.out3(torch.cat([up, p3], dim=1))
+        o4 = self.out4(torch.cat([self.down3(o3), l4], dim=1))
+        o5 = self.out5(torch.cat([self.down4(o4), l5], dim=1))
+        batch = x.shape[0]
+        maps = [head(o).reshape(batch, 3, self.outputs, -1) for head, o in zip(self.heads, (o3, o4, o5))]
+        return torch.sigmoid(torch.cat(maps, dim=3))
+
+
+# --------------------------------------------------------- X3D-XS (Feichtenhofer 2020)
+
+
+class _X3DBlock(nn.Module):
+    """1x1x1 expansion (2.25x), 3x3x3 depthwise with squeeze-excite on every other block
+    and swish, 1x1x1 projection; the residual through a strided 1x1x1 where the shape
+    changes; ReLU after the sum."""
+
+    def __init__(self, cin: int, cout: int, stride: int, se: bool):
+        super().__init__()
+        inner = int(2.25 * cout)
+        self.a = nn.Sequential(nn.Conv3d(cin, inner, 1, bias=False), nn.BatchNorm3d(inner), nn.ReLU())
+        self.b = nn.Sequential(nn.Conv3d(inner, inner, 3, (1, stride, stride), 1, groups=inner, bias=False),
+                               nn.BatchNorm3d(inner))
+        reduced = _se_width(inner)
+        self.se = nn.Sequential(nn.Conv3d(inner, reduced, 1), nn.ReLU(), nn.Conv3d(reduced, inner, 1),
+                                nn.Sigmoid()) if se else None
+        self.c = nn.Sequential(nn.Conv3d(inner, cout, 1, bias=False), nn.BatchNorm3d(cout))
+        self.shortcut = (nn.Sequential(nn.Conv3d(cin, cout, 1, (1, stride, stride), bias=False), nn.BatchNorm3d(cout))
+                         if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        y = self.b(self.a(x))
+        if self.se is not None:
+            y = y * self.se(y.mean(dim=(2, 3, 4), keepdim=True))
+        y = self.c(y * torch.sigmoid(y))
+        return torch.relu(y + self.shortcut(x))
+
+
+def _se_width(channels: int, ratio: float = 0.0625, divisor: int = 8) -> int:
+    """X3D's squeeze width: channels x ratio rounded to a multiple of 8 (at least 8, and
+    not 10% below the exact width)."""
+    width = channels * ratio
+    out = max(divisor, int(width + divisor / 2) // divisor * divisor)
+    return out + divisor if out < 0.9 * width else out
+
+
+class X3D(nn.Module):
+    """X3D-XS action recognition over 4 frames of 160x160 [batch, 3, 4, 160, 160] -> 400
+    Kinetics classes: a 1x3x3 stride-2 stem and a 5x1x1 depthwise temporal convolution,
+    four stages of 3/5/11/7 blocks of widths 24/48/96/192 (3-D depthwise convolutions
+    throughout), a 1x1x1 to 432, global pooling, 2048 and the classifier; 3.8M parameters."""
+
+    def __init__(self, frames: int = 4, size: int = 160, classes: int = 400):
+        super().__init__()
+        self.example_shape = (3, frames, size, size)
+        self.stem = nn.Sequential(nn.Conv3d(3, 24, (1, 3, 3), (1, 2, 2), (0, 1, 1), bias=False),
+                                  nn.Conv3d(24, 24, (5, 1, 1), padding=(2, 0, 0), groups=24, bias=False),
+                                  nn.BatchNorm3d(24), nn.ReLU())
+        blocks, cin = [], 24
+        for cout, depth in zip((24, 48, 96, 192), (3, 5, 11, 7)):
+            for i in range(depth):
+                blocks.append(_X3DBlock(cin, cout, 2 if i == 0 else 1, se=i % 2 == 0))
+                cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.head = nn.Sequential(nn.Conv3d(192, 432, 1, bias=False), nn.BatchNorm3d(432), nn.ReLU())
+        self.post = nn.Linear(432, 2048, bias=False)
+        self.classifier = nn.Linear(2048, classes)
+
+    def forward(self, x):
+        x = self.head(self.blocks(self.stem(x)))
+        return self.classifier(torch.relu(self.post(x.mean(dim=(2, 3, 4)))))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1048,7 +1229,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "vit": ViT, "gpt_decoder": GPTDecoder, "convnext_tiny": ConvNeXt, "shufflenet_v2": ShuffleNetV2,
             "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
             "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
-            "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet}
+            "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
+            "yolov5s": YOLOv5s, "x3d_xs": X3D}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
