@@ -4,6 +4,7 @@ and the project's committed releases."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -41,7 +42,7 @@ def from_release(release: Path, data: Path, *extra: str) -> list[str]:
     return ["dataset=release", f"dataset.release={release}", f"paths.data={data}", *extra]
 
 
-def test_release_holds_every_table_with_checksums_and_a_card(released):
+def test_release_holds_every_table_with_checksums_and_a_card(released, tmp_path):
     root, over, folder = released
     manifest = R.verify(folder, kind="dataset")
     assert folder.name == f"ops-llvm-{manifest['hardware'] and R.hardware_slug(manifest['hardware'])}-v1"
@@ -59,7 +60,11 @@ def test_release_holds_every_table_with_checksums_and_a_card(released):
     # The MetaSchedule database reads as one, every record with its run times.
     from tvm.s_tir import meta_schedule as ms
 
-    db = ms.database.JSONDatabase(str(folder / R.DATABASE_FILES[0]), str(folder / R.DATABASE_FILES[1]))
+    assert manifest["database_compression"] == "gzip" and "`database_workload.json.gz`" in card
+    for i, name in enumerate(R.DATABASE_FILES):
+        assert R.database_file(folder, i) == folder / f"{name}.gz" and not (folder / name).exists()
+        (tmp_path / name).write_bytes(gzip.decompress(R.database_file(folder, i).read_bytes()))
+    db = ms.database.JSONDatabase(str(tmp_path / R.DATABASE_FILES[0]), str(tmp_path / R.DATABASE_FILES[1]))
     records = db.get_all_tuning_records()
     assert len(records) == 24 and all(r.run_secs is not None for r in records)
     # Again, without force: refused, the release untouched.
@@ -139,9 +144,13 @@ def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     assert pq.read_table(grown / R.TABLES_DIR / "tasks.parquet")["task_id"].to_pylist() == [new_task]
     assert set(pq.read_table(grown / R.TABLES_DIR / "candidates.parquet")["task_id"].to_pylist()) == {new_task}
     assert "Extends release `ops-llvm-x-v3`" in (grown / R.DATASET_CARD).read_text()
-    alone = ms.database.JSONDatabase(str(grown / R.DATABASE_FILES[0]), str(grown / R.DATABASE_FILES[1]))
+    unzipped = tmp_path / "grown-db"
+    unzipped.mkdir()
+    for i, name in enumerate(R.DATABASE_FILES):
+        (unzipped / name).write_bytes(gzip.decompress(R.database_file(grown, i).read_bytes()))
+    alone = ms.database.JSONDatabase(str(unzipped / R.DATABASE_FILES[0]), str(unzipped / R.DATABASE_FILES[1]))
     own = pq.read_table(grown / R.TABLES_DIR / "candidates.parquet").num_rows
-    assert len(list(D.nonblank_lines(grown / R.DATABASE_FILES[0]))) == 1
+    assert len(list(D.nonblank_lines(R.database_file(grown, 0)))) == 1
     assert len(alone.get_all_tuning_records()) == own > 0
 
     mine = from_release(grown, tmp_path / "data")

@@ -16,6 +16,7 @@ stage ever has to load a record file that might hold a bad line.
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import tempfile
@@ -98,8 +99,11 @@ def shard_record_file(ws: Workspace, shard_index: int, shard_count: int) -> Path
 
 
 def nonblank_lines(path: Path):
-    """(line number, bytes) of every non-blank line of a file."""
-    for i, line in enumerate(Path(path).read_bytes().split(b"\n"), 1):
+    """(line number, bytes) of every non-blank line of a file (gunzipped if it ends in .gz)."""
+    data = Path(path).read_bytes()
+    if Path(path).suffix == ".gz":
+        data = gzip.decompress(data)
+    for i, line in enumerate(data.split(b"\n"), 1):
         if line.strip():
             yield i, line.rstrip(b"\r")
 

@@ -16,6 +16,7 @@ made from a release (`unpack`) is also written whole or not at all.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -45,6 +46,18 @@ DATASET_CARD = "DATASET.md"
 MODEL_CARD = "MODEL.md"
 TABLES_DIR = "tables"
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def database_file(folder: Path, index: int) -> Path:
+    """A release's MetaSchedule database file `DATABASE_FILES[index]`: gzipped (`.json.gz`,
+    the releases made since the JSON outgrew their tables) or as the workspace keeps it."""
+    packed = folder / f"{DATABASE_FILES[index]}.gz"
+    return packed if packed.exists() else folder / DATABASE_FILES[index]
+
+
+def _write_gzip(path: Path, data: bytes) -> None:
+    """`data` gzipped into `path`, with no timestamp: the same database packs to the same bytes."""
+    path.write_bytes(gzip.compress(data, mtime=0))
 # Tables a workspace keeps that are not the dataset (a tuning comparison's trials).
 NOT_RELEASED = ("tune_trials",)
 # Tables measured on the release's hardware: left out of a workspace that labels the
@@ -351,16 +364,16 @@ def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = F
                                        pa.array([renumber[i] for i in old], data.schema.field("workload_index").type))
             pq.write_table(data, tables / f"{t.name}.parquet", **COMPRESSION)
             rows[t.name] = data.num_rows
+        workloads = ws.db_workload.read_bytes()
         if drop_tasks:
-            workloads = [line for _, line in D.nonblank_lines(ws.db_workload)]
-            (tmp / DATABASE_FILES[0]).write_bytes(b"".join(workloads[i] + b"\n" for i in sorted(renumber)))
+            kept = [line for _, line in D.nonblank_lines(ws.db_workload)]
+            workloads = b"".join(kept[i] + b"\n" for i in sorted(renumber))
             record_lines = [D.shift_record_line(line, renumber) for line in record_lines]
             record_lines = [line for line in record_lines if line is not None]
-        else:
-            shutil.copyfile(ws.db_workload, tmp / DATABASE_FILES[0])
-        (tmp / DATABASE_FILES[1]).write_text("".join(f"{line}\n" for line in record_lines))
+        _write_gzip(tmp / f"{DATABASE_FILES[0]}.gz", workloads)
+        _write_gzip(tmp / f"{DATABASE_FILES[1]}.gz", "".join(f"{line}\n" for line in record_lines).encode())
         manifest = {"format": FORMAT, "kind": "dataset", "name": dest.name, "schema_version": S.SCHEMA_VERSION,
-                    **info, "tables": rows}
+                    **info, "tables": rows, "database_compression": "gzip"}
         return seal(tmp, dest, manifest, DATASET_CARD, card, force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -447,24 +460,26 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
 
 def _workload_offsets(parts: list[tuple[Path, dict]]) -> list[int]:
     """Where each release's workloads start in the database of the workspace made of them."""
-    counts = [sum(1 for _ in D.nonblank_lines(folder / DATABASE_FILES[0])) for folder, _ in parts]
+    counts = [sum(1 for _ in D.nonblank_lines(database_file(folder, 0))) for folder, _ in parts]
     return [sum(counts[:i]) for i in range(len(parts))]
 
 
 def _write_database(parts: list[tuple[Path, dict]], offsets: list[int], dest: Path) -> None:
-    """The MetaSchedule database of the releases `parts` in `dest`: one release's as released,
-    byte for byte; several concatenated, each record pointing at its workload's new index."""
+    """The MetaSchedule database of the releases `parts` in `dest` (unzipped, as a workspace
+    keeps it): one release's as released, byte for byte; several concatenated, each record
+    pointing at its workload's new index."""
     if len(parts) == 1:
-        for f in DATABASE_FILES:
-            shutil.copyfile(parts[0][0] / f, dest / f)
+        for i, f in enumerate(DATABASE_FILES):
+            src = database_file(parts[0][0], i)
+            (dest / f).write_bytes(gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes())
         return
     with open(dest / DATABASE_FILES[0], "wb") as workloads, open(dest / DATABASE_FILES[1], "wb") as records:
         for (folder, _), offset in zip(parts, offsets):
-            lines = [line for _, line in D.nonblank_lines(folder / DATABASE_FILES[0])]
+            lines = [line for _, line in D.nonblank_lines(database_file(folder, 0))]
             workloads.writelines(line + b"\n" for line in lines)
             shift = {i: i + offset for i in range(len(lines))}
             records.writelines((line if not offset else D.shift_record_line(line.decode(), shift).encode()) + b"\n"
-                               for _, line in D.nonblank_lines(folder / DATABASE_FILES[1]))
+                               for _, line in D.nonblank_lines(database_file(folder, 1)))
 
 
 def visible_entries(root: Path) -> list[Path]:
@@ -518,6 +533,7 @@ def dataset_card(m: dict) -> str:
     """DATASET.md: what the release holds, how it was timed, its noise, failures, licence."""
     counts, hw = m["counts"], m["hardware"]
     nets = ", ".join(counts["networks"]) or "none"
+    gz = ".gz" if m.get("database_compression") == "gzip" else ""
     lines = [
         f"# {m['name']}", "",
         f"A dataset of MetaSchedule schedule candidates for the `{m['dataset']}` workloads on target "
@@ -539,9 +555,10 @@ def dataset_card(m: dict) -> str:
     lines += ["## Tables", "", "| table | rows |", "|---|---|"]
     lines += [f"| `{t}` | {n:,} |" for t, n in m["tables"].items()]
     lines += ["", "`tables/*.parquet` are the workspace's tables (pipeline/core/schema.py, schema version "
-              f"{m['schema_version']}); `database_workload.json` and `database_tuning_record.json` are a "
-              "MetaSchedule JSON database (`ms.database.JSONDatabase`), every record with its run times "
-              "(1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", ""]
+              f"{m['schema_version']}); `database_workload.json{gz}` and `database_tuning_record.json{gz}` are a "
+              f"MetaSchedule JSON database (`ms.database.JSONDatabase`{', once gunzipped' if gz else ''}), every "
+              "record with its run times (1e10: failed). No kernel libraries: `stage=replay` builds them again "
+              "from the traces.", ""]
     lines += _card_timing(m) + _card_noise_and_failures(m) + _card_provenance(m)
     return "\n".join(lines)
 
