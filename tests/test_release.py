@@ -4,7 +4,6 @@ and the project's committed releases."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
@@ -60,11 +59,9 @@ def test_release_holds_every_table_with_checksums_and_a_card(released, tmp_path)
     # The MetaSchedule database reads as one, every record with its run times.
     from tvm.s_tir import meta_schedule as ms
 
-    assert manifest["database_compression"] == "gzip" and "`database_workload.json.gz`" in card
-    for i, name in enumerate(R.DATABASE_FILES):
-        assert R.database_file(folder, i) == folder / f"{name}.gz" and not (folder / name).exists()
-        (tmp_path / name).write_bytes(gzip.decompress(R.database_file(folder, i).read_bytes()))
-    db = ms.database.JSONDatabase(str(tmp_path / R.DATABASE_FILES[0]), str(tmp_path / R.DATABASE_FILES[1]))
+    assert "`database_workload.json.gz`" in card
+    assert all((folder / f"{name}.gz").is_file() and not (folder / name).exists() for name in R.DATABASE_FILES)
+    db = ms.database.JSONDatabase(*map(str, D.unpack_database(folder, tmp_path)))
     records = db.get_all_tuning_records()
     assert len(records) == 24 and all(r.run_secs is not None for r in records)
     # Again, without force: refused, the release untouched.
@@ -144,13 +141,9 @@ def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     assert pq.read_table(grown / R.TABLES_DIR / "tasks.parquet")["task_id"].to_pylist() == [new_task]
     assert set(pq.read_table(grown / R.TABLES_DIR / "candidates.parquet")["task_id"].to_pylist()) == {new_task}
     assert "Extends release `ops-llvm-x-v3`" in (grown / R.DATASET_CARD).read_text()
-    unzipped = tmp_path / "grown-db"
-    unzipped.mkdir()
-    for i, name in enumerate(R.DATABASE_FILES):
-        (unzipped / name).write_bytes(gzip.decompress(R.database_file(grown, i).read_bytes()))
-    alone = ms.database.JSONDatabase(str(unzipped / R.DATABASE_FILES[0]), str(unzipped / R.DATABASE_FILES[1]))
+    alone = ms.database.JSONDatabase(*map(str, D.unpack_database(grown, tmp_path / "grown-db")))
     own = pq.read_table(grown / R.TABLES_DIR / "candidates.parquet").num_rows
-    assert len(list(D.nonblank_lines(R.database_file(grown, 0)))) == 1
+    assert len(list(D.nonblank_lines(grown / f"{R.DATABASE_FILES[0]}.gz"))) == 1
     assert len(alone.get_all_tuning_records()) == own > 0
 
     mine = from_release(grown, tmp_path / "data")

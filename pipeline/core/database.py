@@ -98,12 +98,45 @@ def shard_record_file(ws: Workspace, shard_index: int, shard_count: int) -> Path
     return ws.root / f"database_tuning_record.shard-{shard_index}.json"
 
 
+#: a MetaSchedule JSON database's two files, as a workspace keeps them; a dataset release
+#: and a kept tuning run keep them gzipped (`<name>.gz`, the releases before
+#: zoo_ops-llvm-epyc2-v8 as they are)
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def write_gzipped(path: Path, data: bytes) -> None:
+    """`data` gzipped into `path` with no time stamp, so the same database packs to the same bytes."""
+    atomic_write_bytes(path, gzip.compress(data, mtime=0))
+
+
+def read_bytes(path: Path) -> bytes:
+    """A file's bytes, gunzipped if its name ends in .gz."""
+    data = Path(path).read_bytes()
+    return gzip.decompress(data) if Path(path).suffix == ".gz" else data
+
+
+def database_file(folder: Path, name: str) -> Path:
+    """The database file `name` (of DATABASE_FILES) in `folder`: gzipped if it is kept so."""
+    packed = folder / f"{name}.gz"
+    return packed if packed.exists() else folder / name
+
+
+def unpack_database(folder: Path, dest: Path) -> list[Path]:
+    """The database of `folder` (gzipped or not) into `dest` as a workspace keeps it, byte for
+    byte; the paths of DATABASE_FILES there, for `ms.database.JSONDatabase`."""
+    paths = []
+    for name in DATABASE_FILES:
+        src = database_file(folder, name)
+        if not src.exists():
+            raise FileNotFoundError(f"{src}: no MetaSchedule database file here ({name} or {name}.gz)")
+        paths.append(dest / name)
+        atomic_write_bytes(paths[-1], read_bytes(src))
+    return paths
+
+
 def nonblank_lines(path: Path):
     """(line number, bytes) of every non-blank line of a file (gunzipped if it ends in .gz)."""
-    data = Path(path).read_bytes()
-    if Path(path).suffix == ".gz":
-        data = gzip.decompress(data)
-    for i, line in enumerate(data.split(b"\n"), 1):
+    for i, line in enumerate(read_bytes(path).split(b"\n"), 1):
         if line.strip():
             yield i, line.rstrip(b"\r")
 

@@ -16,7 +16,6 @@ made from a release (`unpack`) is also written whole or not at all.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
@@ -45,19 +44,7 @@ MANIFEST = "manifest.json"
 DATASET_CARD = "DATASET.md"
 MODEL_CARD = "MODEL.md"
 TABLES_DIR = "tables"
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
-
-
-def database_file(folder: Path, index: int) -> Path:
-    """A release's MetaSchedule database file `DATABASE_FILES[index]`: gzipped (`.json.gz`,
-    the releases made since the JSON outgrew their tables) or as the workspace keeps it."""
-    packed = folder / f"{DATABASE_FILES[index]}.gz"
-    return packed if packed.exists() else folder / DATABASE_FILES[index]
-
-
-def _write_gzip(path: Path, data: bytes) -> None:
-    """`data` gzipped into `path`, with no timestamp: the same database packs to the same bytes."""
-    path.write_bytes(gzip.compress(data, mtime=0))
+DATABASE_FILES = D.DATABASE_FILES
 # Tables a workspace keeps that are not the dataset (a tuning comparison's trials).
 NOT_RELEASED = ("tune_trials",)
 # Tables measured on the release's hardware: left out of a workspace that labels the
@@ -370,10 +357,10 @@ def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = F
             workloads = b"".join(kept[i] + b"\n" for i in sorted(renumber))
             record_lines = [D.shift_record_line(line, renumber) for line in record_lines]
             record_lines = [line for line in record_lines if line is not None]
-        _write_gzip(tmp / f"{DATABASE_FILES[0]}.gz", workloads)
-        _write_gzip(tmp / f"{DATABASE_FILES[1]}.gz", "".join(f"{line}\n" for line in record_lines).encode())
+        D.write_gzipped(tmp / f"{DATABASE_FILES[0]}.gz", workloads)
+        D.write_gzipped(tmp / f"{DATABASE_FILES[1]}.gz", "".join(f"{line}\n" for line in record_lines).encode())
         manifest = {"format": FORMAT, "kind": "dataset", "name": dest.name, "schema_version": S.SCHEMA_VERSION,
-                    **info, "tables": rows, "database_compression": "gzip"}
+                    **info, "tables": rows}
         return seal(tmp, dest, manifest, DATASET_CARD, card, force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -460,7 +447,7 @@ def unpack(release: Path, root: Path, *, labels: bool = True, selection: bytes |
 
 def _workload_offsets(parts: list[tuple[Path, dict]]) -> list[int]:
     """Where each release's workloads start in the database of the workspace made of them."""
-    counts = [sum(1 for _ in D.nonblank_lines(database_file(folder, 0))) for folder, _ in parts]
+    counts = [sum(1 for _ in D.nonblank_lines(D.database_file(folder, DATABASE_FILES[0]))) for folder, _ in parts]
     return [sum(counts[:i]) for i in range(len(parts))]
 
 
@@ -469,17 +456,15 @@ def _write_database(parts: list[tuple[Path, dict]], offsets: list[int], dest: Pa
     keeps it): one release's as released, byte for byte; several concatenated, each record
     pointing at its workload's new index."""
     if len(parts) == 1:
-        for i, f in enumerate(DATABASE_FILES):
-            src = database_file(parts[0][0], i)
-            (dest / f).write_bytes(gzip.decompress(src.read_bytes()) if src.suffix == ".gz" else src.read_bytes())
+        D.unpack_database(parts[0][0], dest)
         return
     with open(dest / DATABASE_FILES[0], "wb") as workloads, open(dest / DATABASE_FILES[1], "wb") as records:
         for (folder, _), offset in zip(parts, offsets):
-            lines = [line for _, line in D.nonblank_lines(database_file(folder, 0))]
+            lines = [line for _, line in D.nonblank_lines(D.database_file(folder, DATABASE_FILES[0]))]
             workloads.writelines(line + b"\n" for line in lines)
             shift = {i: i + offset for i in range(len(lines))}
             records.writelines((line if not offset else D.shift_record_line(line.decode(), shift).encode()) + b"\n"
-                               for _, line in D.nonblank_lines(database_file(folder, 1)))
+                               for _, line in D.nonblank_lines(D.database_file(folder, DATABASE_FILES[1])))
 
 
 def visible_entries(root: Path) -> list[Path]:
@@ -533,7 +518,6 @@ def dataset_card(m: dict) -> str:
     """DATASET.md: what the release holds, how it was timed, its noise, failures, licence."""
     counts, hw = m["counts"], m["hardware"]
     nets = ", ".join(counts["networks"]) or "none"
-    gz = ".gz" if m.get("database_compression") == "gzip" else ""
     lines = [
         f"# {m['name']}", "",
         f"A dataset of MetaSchedule schedule candidates for the `{m['dataset']}` workloads on target "
@@ -555,10 +539,9 @@ def dataset_card(m: dict) -> str:
     lines += ["## Tables", "", "| table | rows |", "|---|---|"]
     lines += [f"| `{t}` | {n:,} |" for t, n in m["tables"].items()]
     lines += ["", "`tables/*.parquet` are the workspace's tables (pipeline/core/schema.py, schema version "
-              f"{m['schema_version']}); `database_workload.json{gz}` and `database_tuning_record.json{gz}` are a "
-              f"MetaSchedule JSON database (`ms.database.JSONDatabase`{', once gunzipped' if gz else ''}), every "
-              "record with its run times (1e10: failed). No kernel libraries: `stage=replay` builds them again "
-              "from the traces.", ""]
+              f"{m['schema_version']}); `database_workload.json.gz` and `database_tuning_record.json.gz` are a "
+              "MetaSchedule JSON database (`ms.database.JSONDatabase`, once gunzipped), every record with its run "
+              "times (1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", ""]
     lines += _card_timing(m) + _card_noise_and_failures(m) + _card_provenance(m)
     return "\n".join(lines)
 

@@ -12,7 +12,6 @@ tuned. On a cluster the runs go out as jobs (pipeline/tuning/remote.py).
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
@@ -30,7 +29,8 @@ from tvm.s_tir import meta_schedule as ms
 
 from pipeline.compute.builder import PersistentBuilder
 from pipeline.compute.progress import progress
-from pipeline.core.database import read_record_lines
+from pipeline.core.database import DATABASE_FILES, read_record_lines, write_gzipped
+from pipeline.core.database import unpack_database as unpack_database_files
 from pipeline.core.workspace import atomic_write_bytes
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
@@ -186,10 +186,9 @@ def _save_run(path: Path, run: dict) -> None:
     atomic_write_bytes(path, json.dumps(run, default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode())
 
 
-#: a run's MetaSchedule database (its work folder's JSONDatabase), kept gzipped beside its
-#: result.json in the results folder: the schedules a run measured outlive the machine, as
-#: training data for later models (about 50 KB for 640 records)
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+#: a run's MetaSchedule database (its work folder's JSONDatabase, DATABASE_FILES) is kept
+#: gzipped beside its result.json in the results folder: the schedules a run measured outlive
+#: the machine, as training data for later models (about 50 KB for 640 records)
 RESULT_FILE = "result.json"  # a finished run: its row, trials and end-to-end latency
 
 
@@ -197,21 +196,17 @@ def keep_database(work: Path, results: Path) -> None:
     """The database files of the run in `work`, gzipped into `results`."""
     for name in DATABASE_FILES:
         if (work / name).exists():
-            atomic_write_bytes(results / f"{name}.gz", gzip.compress((work / name).read_bytes(), mtime=0))
+            write_gzipped(results / f"{name}.gz", (work / name).read_bytes())
 
 
 def unpack_database(results: Path, folder: Path) -> list[Path]:
     """The database files (DATABASE_FILES) of a run kept by `keep_database`, unpacked into `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
     for name in DATABASE_FILES:
         packed = results / f"{name}.gz"
         if not packed.exists():
             raise FileNotFoundError(f"{packed}: no kept database for this run (runs kept before databases were "
                                     f"kept have their result.json only)")
-        paths.append(folder / name)
-        paths[-1].write_bytes(gzip.decompress(packed.read_bytes()))
-    return paths
+    return unpack_database_files(results, folder)
 
 
 def open_database(results: Path, scratch: Path):
