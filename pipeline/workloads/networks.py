@@ -5,7 +5,7 @@ MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
 encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, U-Net, YOLOv5s, X3D-XS,
-TenSet's DCGAN), which is what decides the tensor
+Swin-T, TenSet's DCGAN), which is what decides the tensor
 programs a network yields; the weights do not matter for tuning, so they are random with a
 fixed seed.
 """
@@ -1207,6 +1207,101 @@ class X3D(nn.Module):
 # ------------------------------------------------------------------------------ registry
 
 
+# ------------------------------------------------------------ Swin-T (Liu et al. 2021)
+
+
+def _window_mask(size: int, window: int, shift: int) -> torch.Tensor:
+    """Swin's shifted-window mask [windows, w*w, w*w]: -100 between tokens that the cyclic
+    shift brought into one window from different regions of the map, 0 elsewhere."""
+    region = torch.zeros(size, size)
+    cuts = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
+    for i, (hs, ws) in enumerate((h, w) for h in cuts for w in cuts):
+        region[hs, ws] = i
+    n = size // window
+    ids = region.view(n, window, n, window).permute(0, 2, 1, 3).reshape(n * n, window * window)
+    diff = ids.unsqueeze(1) - ids.unsqueeze(2)
+    return torch.zeros_like(diff).masked_fill(diff != 0, -100.0)
+
+
+class _SwinBlock(nn.Module):
+    """Pre-LN (shifted) window attention with a learned relative position bias per head,
+    then an MLP (4x, GELU), over a channels-last map [batch, size, size, dim]."""
+
+    def __init__(self, dim: int, heads: int, size: int, shift: bool, window: int = 7):
+        super().__init__()
+        self.heads, self.window = heads, window
+        self.shift = window // 2 if shift and size > window else 0
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads) * 0.02)
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij")).flatten(1)
+        rel = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (window - 1)
+        self.register_buffer("relative_position_index", (rel[..., 0] * (2 * window - 1) + rel[..., 1]).flatten(),
+                             persistent=False)
+        if self.shift:
+            self.register_buffer("mask", _window_mask(size, window, self.shift), persistent=False)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def _attention(self, x):
+        b, size, _, dim = x.shape
+        w, n, heads = self.window, size // self.window, self.heads
+        if self.shift:
+            x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+        x = x.view(b, n, w, n, w, dim).permute(0, 1, 3, 2, 4, 5).reshape(b * n * n, w * w, dim)
+        q, k, v = self.qkv(x).reshape(b * n * n, w * w, 3, heads, dim // heads).permute(2, 0, 3, 1, 4)
+        attn = (q * (dim // heads) ** -0.5) @ k.transpose(-2, -1)
+        bias = self.relative_position_bias_table[self.relative_position_index].view(w * w, w * w, heads)
+        attn = attn + bias.permute(2, 0, 1).unsqueeze(0)
+        if self.shift:
+            attn = (attn.view(b, n * n, heads, w * w, w * w) + self.mask.unsqueeze(1).unsqueeze(0)).view(-1, heads, w * w, w * w)
+        x = (attn.softmax(-1) @ v).transpose(1, 2).reshape(b * n * n, w * w, dim)
+        x = self.proj(x).view(b, n, n, w, w, dim).permute(0, 1, 3, 2, 4, 5).reshape(b, size, size, dim)
+        if self.shift:
+            x = torch.roll(x, shifts=(self.shift, self.shift), dims=(1, 2))
+        return x
+
+    def forward(self, x):
+        x = x + self._attention(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class _PatchMerging(nn.Module):
+    """2x2 neighbours concatenated (4 x dim), LayerNorm, a bias-free projection to 2 x dim."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm, self.reduction = nn.LayerNorm(4 * dim), nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)
+        return self.reduction(self.norm(x))
+
+
+class SwinT(nn.Module):
+    """Swin-T at 224x224 (torchvision's swin_t layout): 4x4 patches to 96 channels, stages of
+    2, 2, 6 and 2 blocks (3, 6, 12, 24 heads) over 7x7 windows, every other block's windows
+    shifted by 3 (not at the last stage, whose map is one window), patch merging between
+    stages, 1000 classes; 28,288,354 parameters."""
+
+    def __init__(self, size: int = 224, classes: int = 1000):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        self.patch = nn.Conv2d(3, 96, 4, 4)
+        self.patch_norm = nn.LayerNorm(96)
+        layers, dim, side = [], 96, size // 4
+        for stage, (depth, heads) in enumerate(zip((2, 2, 6, 2), (3, 6, 12, 24))):
+            layers += [_SwinBlock(dim, heads, side, shift=i % 2 == 1) for i in range(depth)]
+            if stage < 3:
+                layers.append(_PatchMerging(dim))
+                dim, side = dim * 2, side // 2
+        self.layers = nn.Sequential(*layers)
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.layers(self.patch_norm(self.patch(x).permute(0, 2, 3, 1)))
+        return self.head(self.norm(x).mean(dim=(1, 2)))
+
+
 def resnet18() -> nn.Module:
     return ResNet(BasicBlock, [2, 2, 2, 2])
 
@@ -1230,7 +1325,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
             "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
-            "yolov5s": YOLOv5s, "x3d_xs": X3D}
+            "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
