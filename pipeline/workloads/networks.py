@@ -1204,9 +1204,6 @@ class X3D(nn.Module):
         return self.classifier(torch.relu(self.post(x.mean(dim=(2, 3, 4)))))
 
 
-# ------------------------------------------------------------------------------ registry
-
-
 # ------------------------------------------------------------ Swin-T (Liu et al. 2021)
 
 
@@ -1300,6 +1297,9 @@ class SwinT(nn.Module):
     def forward(self, x):
         x = self.layers(self.patch_norm(self.patch(x).permute(0, 2, 3, 1)))
         return self.head(self.norm(x).mean(dim=(1, 2)))
+
+
+# ------------------------------------------------------------------------------ registry
 
 
 def resnet18() -> nn.Module:
