@@ -1299,6 +1299,57 @@ class SwinT(nn.Module):
         return self.head(self.norm(x).mean(dim=(1, 2)))
 
 
+# ------------------------------------------------------------ DenseNet-121 (Huang et al. 2017)
+
+
+class _DenseLayer(nn.Module):
+    """BN, ReLU, a 1x1 convolution to 4 x growth, BN, ReLU, a 3x3 convolution to growth, over
+    the concatenation of every earlier map of its block (pre-activation, as torchvision)."""
+
+    def __init__(self, cin: int, growth: int = 32):
+        super().__init__()
+        self.layers = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, 4 * growth, 1, bias=False),
+                                    nn.BatchNorm2d(4 * growth), nn.ReLU(),
+                                    nn.Conv2d(4 * growth, growth, 3, padding=1, bias=False))
+
+    def forward(self, features: list):
+        return self.layers(torch.cat(features, dim=1))
+
+
+class DenseNet121(nn.Module):
+    """DenseNet-121 at 224x224 (torchvision's densenet121 layout): a 7x7 stride-2 stem and a
+    3x3 max pool, four dense blocks of 6/12/24/16 layers (growth 32: each layer reads the
+    concatenation of every earlier map of its block), transitions (BN, ReLU, a 1x1 convolution
+    halving the channels, 2x2 average pooling) between them, 1000 classes; 7,978,856
+    parameters."""
+
+    def __init__(self, size: int = 224, classes: int = 1000, growth: int = 32):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.blocks, self.transitions, c = nn.ModuleList(), nn.ModuleList(), 64
+        for i, depth in enumerate((6, 12, 24, 16)):
+            self.blocks.append(nn.ModuleList(_DenseLayer(c + j * growth, growth) for j in range(depth)))
+            c += depth * growth
+            if i < 3:
+                self.transitions.append(nn.Sequential(nn.BatchNorm2d(c), nn.ReLU(), nn.Conv2d(c, c // 2, 1, bias=False),
+                                                      nn.AvgPool2d(2, 2)))
+                c //= 2
+        self.norm, self.classifier = nn.BatchNorm2d(c), nn.Linear(c, classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for i, block in enumerate(self.blocks):
+            features = [x]
+            for layer in block:
+                features.append(layer(features))
+            x = torch.cat(features, dim=1)
+            if i < len(self.transitions):
+                x = self.transitions[i](x)
+        return self.classifier(torch.relu(self.norm(x)).mean(dim=(2, 3)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1325,7 +1376,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "mlp_mixer": MLPMixer, "efficientnet_b0": EfficientNetB0, "smollm_decoder": LlamaDecoder,
             "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
-            "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT}
+            "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
+            "densenet121": DenseNet121}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
