@@ -54,8 +54,12 @@ def copy_workspace(root, dest, keep: tuple[str, ...]) -> tuple:
 
 
 def overrides_for(overrides, data, cluster_address) -> list[str]:
+    """The workspace's overrides on the cluster. Builds on three nodes sharing this machine's
+    cores run several times slower than the local reference's, more so on a loaded machine:
+    the tests compare which candidates fail, so a build gets ten times the usual 60 s before
+    it counts as a timeout."""
     return [o for o in overrides if not o.startswith("paths.data=")] + [
-        f"paths.data={data}", "executor=ray", f"executor.address={cluster_address}"]
+        f"paths.data={data}", "executor=ray", f"executor.address={cluster_address}", "replay.timeout_s=600"]
 
 
 def jobs_running_on(node) -> list[int]:
