@@ -54,10 +54,10 @@ def copy_workspace(root, dest, keep: tuple[str, ...]) -> tuple:
 
 
 def overrides_for(overrides, data, cluster_address) -> list[str]:
-    """The workspace's overrides on the cluster. Builds on three nodes sharing this machine's
-    cores run several times slower than the local reference's, more so on a loaded machine:
-    the tests compare which candidates fail, so a build gets ten times the usual 60 s before
-    it counts as a timeout."""
+    """The workspace's overrides on the cluster. The tests compare which candidates fail, not
+    how long builds take: on a loaded machine a build that took 4.8 s in the local reference
+    ran past the usual 60 s on the three nodes sharing its cores, so here a build gets 600 s
+    before it counts as a timeout."""
     return [o for o in overrides if not o.startswith("paths.data=")] + [
         f"paths.data={data}", "executor=ray", f"executor.address={cluster_address}", "replay.timeout_s=600"]
 
