@@ -1353,18 +1353,18 @@ class DenseNet121(nn.Module):
 # ------------------------------------------------------------ Inception-v3 (Szegedy et al. 2016)
 
 
-def _conv_bn(cin: int, cout: int, kernel, stride: int = 1, padding=0) -> nn.Sequential:
+def _conv_bn_relu(cin: int, cout: int, kernel, stride: int = 1, padding=0) -> nn.Sequential:
     """Inception's basic convolution: bias-free, BatchNorm (eps 0.001), ReLU."""
     return nn.Sequential(nn.Conv2d(cin, cout, kernel, stride, padding, bias=False), nn.BatchNorm2d(cout, eps=0.001),
                          nn.ReLU())
 
 
 def _conv_1x7(cin: int, cout: int) -> nn.Sequential:
-    return _conv_bn(cin, cout, (1, 7), padding=(0, 3))
+    return _conv_bn_relu(cin, cout, (1, 7), padding=(0, 3))
 
 
 def _conv_7x1(cin: int, cout: int) -> nn.Sequential:
-    return _conv_bn(cin, cout, (7, 1), padding=(3, 0))
+    return _conv_bn_relu(cin, cout, (7, 1), padding=(3, 0))
 
 
 class _InceptionBlock(nn.Module):
@@ -1378,42 +1378,39 @@ class _InceptionBlock(nn.Module):
         return torch.cat([branch(x) for branch in self.branches], dim=1)
 
 
-class _SplitPair(nn.Module):
-    """Inception-v3's expanded filter bank: a 1x3 and a 3x1 convolution side by side on one
-    map, concatenated."""
-
-    def __init__(self, c: int):
-        super().__init__()
-        self.a, self.b = _conv_bn(c, c, (1, 3), padding=(0, 1)), _conv_bn(c, c, (3, 1), padding=(1, 0))
-
-    def forward(self, x):
-        return torch.cat([self.a(x), self.b(x)], dim=1)
+def _expanded_bank(c: int) -> _InceptionBlock:
+    """Inception-v3's expanded filter bank: a 1x3 and a 3x1 convolution side by side on one map."""
+    return _InceptionBlock(_conv_bn_relu(c, c, (1, 3), padding=(0, 1)),
+                           _conv_bn_relu(c, c, (3, 1), padding=(1, 0)))
 
 
 def _avg_pool_conv(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(nn.AvgPool2d(3, 1, 1), _conv_bn(cin, cout, 1))
+    return nn.Sequential(nn.AvgPool2d(3, 1, 1), _conv_bn_relu(cin, cout, 1))
 
 
 def _inception_a(cin: int, pool: int) -> _InceptionBlock:
-    return _InceptionBlock(_conv_bn(cin, 64, 1), nn.Sequential(_conv_bn(cin, 48, 1), _conv_bn(48, 64, 5, padding=2)),
-                           nn.Sequential(_conv_bn(cin, 64, 1), _conv_bn(64, 96, 3, padding=1),
-                                         _conv_bn(96, 96, 3, padding=1)),
+    return _InceptionBlock(_conv_bn_relu(cin, 64, 1),
+                           nn.Sequential(_conv_bn_relu(cin, 48, 1), _conv_bn_relu(48, 64, 5, padding=2)),
+                           nn.Sequential(_conv_bn_relu(cin, 64, 1), _conv_bn_relu(64, 96, 3, padding=1),
+                                         _conv_bn_relu(96, 96, 3, padding=1)),
                            _avg_pool_conv(cin, pool))
 
 
 def _inception_c(c7: int) -> _InceptionBlock:
     """The 17x17 module: 7x7 convolutions factorized into 1x7 and 7x1 (once and twice)."""
-    return _InceptionBlock(_conv_bn(768, 192, 1),
-                           nn.Sequential(_conv_bn(768, c7, 1), _conv_1x7(c7, c7), _conv_7x1(c7, 192)),
-                           nn.Sequential(_conv_bn(768, c7, 1), _conv_7x1(c7, c7), _conv_1x7(c7, c7),
+    return _InceptionBlock(_conv_bn_relu(768, 192, 1),
+                           nn.Sequential(_conv_bn_relu(768, c7, 1), _conv_1x7(c7, c7), _conv_7x1(c7, 192)),
+                           nn.Sequential(_conv_bn_relu(768, c7, 1), _conv_7x1(c7, c7), _conv_1x7(c7, c7),
                                          _conv_7x1(c7, c7), _conv_1x7(c7, 192)),
                            _avg_pool_conv(768, 192))
 
 
 def _inception_e(cin: int) -> _InceptionBlock:
     """The 8x8 module: 3x3 convolutions expanded into 1x3 and 3x1 side by side."""
-    return _InceptionBlock(_conv_bn(cin, 320, 1), nn.Sequential(_conv_bn(cin, 384, 1), _SplitPair(384)),
-                           nn.Sequential(_conv_bn(cin, 448, 1), _conv_bn(448, 384, 3, padding=1), _SplitPair(384)),
+    return _InceptionBlock(_conv_bn_relu(cin, 320, 1),
+                           nn.Sequential(_conv_bn_relu(cin, 384, 1), _expanded_bank(384)),
+                           nn.Sequential(_conv_bn_relu(cin, 448, 1), _conv_bn_relu(448, 384, 3, padding=1),
+                                         _expanded_bank(384)),
                            _avg_pool_conv(cin, 192))
 
 
@@ -1427,15 +1424,16 @@ class InceptionV3(nn.Module):
     def __init__(self, size: int = 299, classes: int = 1000):
         super().__init__()
         self.example_shape = (3, size, size)
-        self.stem = nn.Sequential(_conv_bn(3, 32, 3, 2), _conv_bn(32, 32, 3), _conv_bn(32, 64, 3, padding=1),
-                                  nn.MaxPool2d(3, 2), _conv_bn(64, 80, 1), _conv_bn(80, 192, 3), nn.MaxPool2d(3, 2))
-        reduce_b = _InceptionBlock(_conv_bn(288, 384, 3, 2),
-                                   nn.Sequential(_conv_bn(288, 64, 1), _conv_bn(64, 96, 3, padding=1),
-                                                 _conv_bn(96, 96, 3, 2)),
+        self.stem = nn.Sequential(_conv_bn_relu(3, 32, 3, 2), _conv_bn_relu(32, 32, 3),
+                                  _conv_bn_relu(32, 64, 3, padding=1), nn.MaxPool2d(3, 2), _conv_bn_relu(64, 80, 1),
+                                  _conv_bn_relu(80, 192, 3), nn.MaxPool2d(3, 2))
+        reduce_b = _InceptionBlock(_conv_bn_relu(288, 384, 3, 2),
+                                   nn.Sequential(_conv_bn_relu(288, 64, 1), _conv_bn_relu(64, 96, 3, padding=1),
+                                                 _conv_bn_relu(96, 96, 3, 2)),
                                    nn.MaxPool2d(3, 2))
-        reduce_d = _InceptionBlock(nn.Sequential(_conv_bn(768, 192, 1), _conv_bn(192, 320, 3, 2)),
-                                   nn.Sequential(_conv_bn(768, 192, 1), _conv_1x7(192, 192), _conv_7x1(192, 192),
-                                                 _conv_bn(192, 192, 3, 2)),
+        reduce_d = _InceptionBlock(nn.Sequential(_conv_bn_relu(768, 192, 1), _conv_bn_relu(192, 320, 3, 2)),
+                                   nn.Sequential(_conv_bn_relu(768, 192, 1), _conv_1x7(192, 192), _conv_7x1(192, 192),
+                                                 _conv_bn_relu(192, 192, 3, 2)),
                                    nn.MaxPool2d(3, 2))
         self.blocks = nn.Sequential(_inception_a(192, 32), _inception_a(256, 64), _inception_a(288, 64), reduce_b,
                                     _inception_c(128), _inception_c(160), _inception_c(160), _inception_c(192),
