@@ -5,9 +5,9 @@ MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
 encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, U-Net, YOLOv5s, X3D-XS,
-Swin-T, TenSet's DCGAN), which is what decides the tensor
-programs a network yields; the weights do not matter for tuning, so they are random with a
-fixed seed.
+Swin-T, DenseNet-121, Inception-v3, RegNetY-400MF, TenSet's DCGAN), which is what decides
+the tensor programs a network yields; the weights do not matter for tuning, so they are
+random with a fixed seed.
 """
 
 from __future__ import annotations
@@ -1444,6 +1444,49 @@ class InceptionV3(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
 
 
+# ------------------------------------------------------------ RegNetY-400MF (Radosavovic et al. 2020)
+
+
+class _RegNetYBlock(nn.Module):
+    """RegNet's Y block: 1x1, a 3x3 group convolution (groups of 8 channels) carrying the
+    stride, squeeze-and-excitation (ReLU, sigmoid, a quarter of the block's input channels),
+    1x1 without activation, then the (projected) shortcut and ReLU."""
+
+    def __init__(self, cin: int, cout: int, stride: int, group_width: int = 8):
+        super().__init__()
+        self.f = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                               nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width, bias=False),
+                               nn.BatchNorm2d(cout), nn.ReLU(),
+                               SqueezeExcite(cout, round(cin / 4), nn.ReLU, nn.Sigmoid),
+                               nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.shortcut = _downsample(cin, cout, stride)
+
+    def forward(self, x):
+        return torch.relu(self.shortcut(x) + self.f(x))
+
+
+class RegNetY400MF(nn.Module):
+    """RegNetY-400MF at 224x224 (torchvision's regnet_y_400mf layout): a 3x3 stride-2 stem to
+    32 channels, four stages of 1/3/6/6 Y blocks at widths 48/104/208/440 (each stage's first
+    block halves the map), 1000 classes; 4,344,144 parameters."""
+
+    STAGES = [(48, 1), (104, 3), (208, 6), (440, 6)]
+
+    def __init__(self, size: int = 224, classes: int = 1000):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()], 32
+        for width, depth in self.STAGES:
+            for i in range(depth):
+                layers.append(_RegNetYBlock(cin, width, 2 if i == 0 else 1))
+                cin = width
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1471,7 +1514,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
-            "densenet121": DenseNet121, "inception_v3": InceptionV3}
+            "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
