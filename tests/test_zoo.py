@@ -187,7 +187,8 @@ RELEASES = Path(__file__).resolve().parents[1] / "data" / "releases"
                                              ("zoo_ops-llvm-epyc2-v9", "unet"),
                                              ("zoo_ops-llvm-epyc2-v10", "swin_t"),
                                              ("zoo_ops-llvm-epyc2-v11", "densenet121"),
-                                             ("zoo_ops-llvm-epyc2-v12", "inception_v3")])
+                                             ("zoo_ops-llvm-epyc2-v12", "inception_v3"),
+                                             ("zoo_ops-llvm-epyc2-v13", "regnet_y_400mf")])
 def test_networks_still_yield_their_released_tasks(release, network):
     """A change to a network's definition that changes its tasks would orphan the released
     labels: the definition must give the tasks (ids and weights) its release holds."""
