@@ -5,9 +5,9 @@ MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x
 EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
 encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, U-Net, YOLOv5s, X3D-XS,
-Swin-T, DenseNet-121, Inception-v3, RegNetY-400MF, TenSet's DCGAN), which is what decides
-the tensor programs a network yields; the weights do not matter for tuning, so they are
-random with a fixed seed.
+Swin-T, DenseNet-121, Inception-v3, RegNetY-400MF, timm's MobileViT-XS, TenSet's DCGAN), which
+is what decides the tensor programs a network yields; the weights do not matter for tuning,
+so they are random with a fixed seed.
 """
 
 from __future__ import annotations
@@ -360,16 +360,17 @@ class DCGAN(nn.Module):
 
 
 class PreLNLayer(nn.Module):
-    """Pre-LN transformer layer over tokens [batch*seq, hidden] (ViT, GPT-2), optionally
-    causal: each token attends to itself and the tokens before it."""
+    """Pre-LN transformer layer over tokens [batch*seq, hidden] (ViT, GPT-2, MobileViT),
+    optionally causal: each token attends to itself and the tokens before it."""
 
-    def __init__(self, hidden: int, heads: int, intermediate: int, seq: int, causal: bool = False):
+    def __init__(self, hidden: int, heads: int, intermediate: int, seq: int, causal: bool = False,
+                 act: type[nn.Module] = nn.GELU):
         super().__init__()
         self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
         self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.qkv = Dense(hidden, 3 * hidden)
         self.out = Dense(hidden, hidden)
-        self.mlp = nn.Sequential(Dense(hidden, intermediate), nn.GELU(), Dense(intermediate, hidden))
+        self.mlp = nn.Sequential(Dense(hidden, intermediate), act(), Dense(intermediate, hidden))
         mask = torch.full((seq, seq), float("-inf")).triu(1) if causal else torch.zeros(seq, seq)
         self.register_buffer("mask", mask)
 
@@ -1487,6 +1488,77 @@ class RegNetY400MF(nn.Module):
         return self.fc(self.features(x).mean(dim=(2, 3)))
 
 
+# ------------------------------------------------------ MobileViT-XS (Mehta and Rastegari 2022)
+
+
+class _InvertedResidualSiLU(nn.Module):
+    """MobileNet-V2's inverted residual with SiLU: 1x1 expansion (4x the input), 3x3 depthwise
+    carrying the stride, 1x1 projection; the shortcut only where the shape is kept."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int = 4):
+        super().__init__()
+        hidden = cin * expand
+        self.conv = nn.Sequential(_ConvBNSiLU(cin, hidden), nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden,
+                                                                      bias=False),
+                                  nn.BatchNorm2d(hidden), nn.SiLU(), nn.Conv2d(hidden, cout, 1, bias=False),
+                                  nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class _MobileViTBlock(nn.Module):
+    """Local 3x3 and 1x1 convolutions; the map cut into 2x2 patches and unfolded into four
+    sequences (one per position inside a patch) that pre-LN transformer layers (4 heads, SiLU
+    MLP of twice the width) mix across the whole map; folded back, projected 1x1 and fused
+    with the block's input by a 3x3 convolution."""
+
+    def __init__(self, channels: int, dim: int, depth: int, tokens: int, patch: int = 2):
+        super().__init__()
+        self.dim, self.patch = dim, patch
+        self.local = nn.Sequential(_ConvBNSiLU(channels, channels, 3), nn.Conv2d(channels, dim, 1, bias=False))
+        self.transformer = nn.Sequential(*[PreLNLayer(dim, 4, 2 * dim, tokens, act=nn.SiLU) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.project = _ConvBNSiLU(dim, channels)
+        self.fuse = _ConvBNSiLU(2 * channels, channels, 3)
+
+    def forward(self, x):
+        b, _, h, w = x.shape
+        p = self.patch
+        y = self.local(x).reshape(b, self.dim, h // p, p, w // p, p).permute(0, 3, 5, 2, 4, 1)
+        y = self.norm(self.transformer(y.reshape(-1, self.dim)))
+        y = y.reshape(b, p, p, h // p, w // p, self.dim).permute(0, 5, 3, 1, 4, 2).reshape(b, self.dim, h, w)
+        return self.fuse(torch.cat([x, self.project(y)], 1))
+
+
+class MobileViTXS(nn.Module):
+    """MobileViT-XS at 256x256 (timm's mobilevit_xs layout): a 3x3 stride-2 stem to 16
+    channels, inverted residuals to 32 and 3 x 48, then three stages that each halve the map
+    with an inverted residual and mix it globally with a MobileViT block (64/80/96 channels,
+    transformer widths 96/120/144, depths 2/4/3, over 32x32, 16x16 and 8x8 maps), a 1x1
+    convolution to 384, 1000 classes; 2,317,848 parameters."""
+
+    STAGES = [(64, 96, 2), (80, 120, 4), (96, 144, 3)]
+
+    def __init__(self, size: int = 256, classes: int = 1000):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        layers = [_ConvBNSiLU(3, 16, 3, 2), _InvertedResidualSiLU(16, 32, 1)]
+        layers += [_InvertedResidualSiLU(32 if i == 0 else 48, 48, 2 if i == 0 else 1) for i in range(3)]
+        cin, side = 48, size // 4
+        for channels, dim, depth in self.STAGES:
+            side //= 2
+            layers += [_InvertedResidualSiLU(cin, channels, 2), _MobileViTBlock(channels, dim, depth, (side // 2) ** 2)]
+            cin = channels
+        layers.append(_ConvBNSiLU(cin, 384))
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(384, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1514,7 +1586,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "wav2vec2": Wav2Vec2, "whisper_encoder": WhisperEncoder, "quartznet": QuartzNet, "t5_encoder": T5Encoder,
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
-            "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF}
+            "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
+            "mobilevit_xs": MobileViTXS}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
