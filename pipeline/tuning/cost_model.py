@@ -3,7 +3,8 @@
     from pipeline.tuning.cost_model import PipelineCostModel
     cm = PipelineCostModel.from_pretrained("zoo_ops-llvm-epyc2-v13-ens_ps_rank4_fixed-all")  # a released model
     cm = PipelineCostModel.from_uri("models:/ops-llvm-cost-model@best-static")  # or .from_path(folder)
-    ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm)
+    ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm,
+                builder=PersistentBuilder())  # pipeline.compute.builder: see docs/tuning.md
 
 MetaSchedule hands the cost model schedules it has not measured, so only static features
 can be computed for them: the adapter runs MetaSchedule's own PerStoreFeature on the
