@@ -641,9 +641,11 @@ def model_card(m: dict) -> str:
                   "|---|" + "---|" * len(cols)]
         lines += [f"| {r['row']} | " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in ev["rows"]]
         lines += [""]
-    lines += ["## Use", "", "```python", "from pipeline.tuning.cost_model import PipelineCostModel",
+    lines += ["## Use", "", "```python", "from pipeline.compute.builder import PersistentBuilder",
+              "from pipeline.tuning.cost_model import PipelineCostModel",
               f"cost_model = PipelineCostModel.from_pretrained(\"{m['name']}\")",
-              "ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cost_model)", "```", "",
+              "ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cost_model,",
+              "            builder=PersistentBuilder())  # not the default LocalBuilder: docs/tuning.md", "```", "",
               f"or `python -m pipeline stage=tune tune.model_uri=pretrained:{m['name']}`. The model refuses "
               f"candidates of a target kind other than `{m['target_kind']}`.", "",
               f"Licence: {m.get('licence')}.", ""]
