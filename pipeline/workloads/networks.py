@@ -107,19 +107,23 @@ class ResNet(nn.Module):
 # ------------------------------------------------------------ MobileNet-V2 (Sandler et al. 2018)
 
 
-def _conv_bn_relu6(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
+def _conv_bn_act(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
+                 act: type[nn.Module] = nn.ReLU6) -> nn.Sequential:
     return nn.Sequential(
-        nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), nn.ReLU6()
+        nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False), nn.BatchNorm2d(cout), act()
     )
 
 
 class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+    """1x1 expansion, 3x3 depthwise carrying the stride, 1x1 projection; the shortcut only
+    where the shape is kept. ReLU6 in MobileNet-V2, SiLU in MobileViT."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, act: type[nn.Module] = nn.ReLU6):
         super().__init__()
         hidden = cin * expand
-        layers = [] if expand == 1 else [_conv_bn_relu6(cin, hidden, 1)]
+        layers = [] if expand == 1 else [_conv_bn_act(cin, hidden, 1, act=act)]
         layers += [
-            _conv_bn_relu6(hidden, hidden, 3, stride, groups=hidden),
+            _conv_bn_act(hidden, hidden, 3, stride, groups=hidden, act=act),
             nn.Conv2d(hidden, cout, 1, bias=False),
             nn.BatchNorm2d(cout),
         ]
@@ -136,12 +140,12 @@ class MobileNetV2(nn.Module):
 
     def __init__(self, num_classes: int = 1000):
         super().__init__()
-        layers, cin = [_conv_bn_relu6(3, 32, 3, 2)], 32
+        layers, cin = [_conv_bn_act(3, 32, 3, 2)], 32
         for t, c, n, s in self.SETTINGS:
             for i in range(n):
                 layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
                 cin = c
-        layers.append(_conv_bn_relu6(cin, 1280, 1))
+        layers.append(_conv_bn_act(cin, 1280, 1))
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, num_classes))
@@ -1491,23 +1495,6 @@ class RegNetY400MF(nn.Module):
 # ------------------------------------------------------ MobileViT-XS (Mehta and Rastegari 2022)
 
 
-class _InvertedResidualSiLU(nn.Module):
-    """MobileNet-V2's inverted residual with SiLU: 1x1 expansion (4x the input), 3x3 depthwise
-    carrying the stride, 1x1 projection; the shortcut only where the shape is kept."""
-
-    def __init__(self, cin: int, cout: int, stride: int, expand: int = 4):
-        super().__init__()
-        hidden = cin * expand
-        self.conv = nn.Sequential(_ConvBNSiLU(cin, hidden), nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden,
-                                                                      bias=False),
-                                  nn.BatchNorm2d(hidden), nn.SiLU(), nn.Conv2d(hidden, cout, 1, bias=False),
-                                  nn.BatchNorm2d(cout))
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x):
-        return x + self.conv(x) if self.residual else self.conv(x)
-
-
 class _MobileViTBlock(nn.Module):
     """Local 3x3 and 1x1 convolutions; the map cut into 2x2 patches and unfolded into four
     sequences (one per position inside a patch) that pre-LN transformer layers (4 heads, SiLU
@@ -1544,12 +1531,13 @@ class MobileViTXS(nn.Module):
     def __init__(self, size: int = 256, classes: int = 1000):
         super().__init__()
         self.example_shape = (3, size, size)
-        layers = [_ConvBNSiLU(3, 16, 3, 2), _InvertedResidualSiLU(16, 32, 1)]
-        layers += [_InvertedResidualSiLU(32 if i == 0 else 48, 48, 2 if i == 0 else 1) for i in range(3)]
+        block = lambda cin, cout, stride: InvertedResidual(cin, cout, stride, 4, act=nn.SiLU)  # noqa: E731
+        layers = [_ConvBNSiLU(3, 16, 3, 2), block(16, 32, 1)]
+        layers += [block(32 if i == 0 else 48, 48, 2 if i == 0 else 1) for i in range(3)]
         cin, side = 48, size // 4
         for channels, dim, depth in self.STAGES:
             side //= 2
-            layers += [_InvertedResidualSiLU(cin, channels, 2), _MobileViTBlock(channels, dim, depth, (side // 2) ** 2)]
+            layers += [block(cin, channels, 2), _MobileViTBlock(channels, dim, depth, (side // 2) ** 2)]
             cin = channels
         layers.append(_ConvBNSiLU(cin, 384))
         self.features = nn.Sequential(*layers)
