@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -287,10 +288,13 @@ def test_committed_releases_stay_compact():
 @pytest.mark.slow
 @pytest.mark.skipif(not committed("model"), reason="no committed model release")
 def test_pretrained_model_loads_from_any_folder_and_tunes(tmp_path):
-    """From a folder that is not the project: the committed model by name, inside ms.tune_tir
+    """From a folder that is not the project: the model the README names, inside ms.tune_tir
     with the project's builder, every candidate it picks built and timed; it refuses CUDA
     candidates."""
-    name = committed("model")[0].name
+    names = re.findall(r'from_pretrained\("([^"]+)"\)', (ROOT / "README.md").read_text())
+    assert names, "README.md shows no PipelineCostModel.from_pretrained(...) call"
+    name = names[0]
+    assert (COMMITTED / name).is_dir(), f"README.md names {name!r}, which is not in {COMMITTED}"
     script = f"""
 import tempfile, tvm
 from tvm.s_tir import meta_schedule as ms
