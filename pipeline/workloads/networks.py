@@ -1547,6 +1547,93 @@ class MobileViTXS(nn.Module):
         return self.fc(self.features(x).mean(dim=(2, 3)))
 
 
+class _EfficientAttention(nn.Module):
+    """SegFormer's self-attention: queries from every token, keys and values from the map
+    shrunk by a stride-`reduction` convolution (and a LayerNorm), so attention over N tokens
+    costs N x N / reduction^2."""
+
+    def __init__(self, dim: int, heads: int, reduction: int):
+        super().__init__()
+        self.heads, self.reduction = heads, reduction
+        self.query, self.key, self.value, self.out = (Dense(dim, dim) for _ in range(4))
+        if reduction > 1:
+            self.sr = nn.Conv2d(dim, dim, reduction, reduction)
+            self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x, b: int, h: int, w: int):
+        q = _split_heads(self.query(x), h * w, self.heads)
+        kv, seq = x, h * w
+        if self.reduction > 1:
+            m = self.sr(x.reshape(b, h, w, -1).permute(0, 3, 1, 2))
+            seq = m.shape[2] * m.shape[3]
+            kv = self.norm(m.flatten(2).transpose(1, 2).reshape(b * seq, -1))
+        k, v = _split_heads(self.key(kv), seq, self.heads), _split_heads(self.value(kv), seq, self.heads)
+        scores = torch.bmm(q, k.transpose(1, 2)) * (q.shape[2] ** -0.5)
+        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
+        return self.out(ctx.reshape(b, self.heads, h * w, -1).transpose(1, 2).reshape(x.shape))
+
+
+class _MixTransformerLayer(nn.Module):
+    """A SegFormer encoder layer on [batch*h*w, dim] tokens: pre-LN efficient attention, then
+    the Mix-FFN (dense up 4x, a depthwise 3x3 convolution over the map, GELU, dense down),
+    which stands in for position embeddings."""
+
+    def __init__(self, dim: int, heads: int, reduction: int):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attention = _EfficientAttention(dim, heads, reduction)
+        self.up, self.down = Dense(dim, 4 * dim), Dense(4 * dim, dim)
+        self.dw = nn.Conv2d(4 * dim, 4 * dim, 3, 1, 1, groups=4 * dim)
+
+    def forward(self, x, b: int, h: int, w: int):
+        x = x + self.attention(self.norm1(x), b, h, w)
+        y = self.up(self.norm2(x)).reshape(b, h, w, -1).permute(0, 3, 1, 2)
+        y = nn.functional.gelu(self.dw(y)).permute(0, 2, 3, 1).reshape(b * h * w, -1)
+        return x + self.down(y)
+
+
+class SegFormerB0(nn.Module):
+    """SegFormer-B0 at 256x256 (Hugging Face's nvidia/mit-b0 layout with the all-MLP decode
+    head, 150 ADE20K classes): four stages of overlapping patch embeddings (7x7 stride 4, then
+    3x3 stride 2) to 32/64/160/256 channels, two Mix-Transformer layers each (1/2/5/8 heads,
+    keys and values from the map shrunk 8/4/2/1 times), each stage's map projected to 256,
+    upsampled bilinearly to 64x64, concatenated, fused by a 1x1 convolution; 3,752,694
+    parameters."""
+
+    STAGES = [(32, 7, 4, 1, 8), (64, 3, 2, 2, 4), (160, 3, 2, 5, 2), (256, 3, 2, 8, 1)]  # dim, patch, stride, heads, reduction
+
+    def __init__(self, size: int = 256, classes: int = 150, depth: int = 2, decoder: int = 256):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        self.embed, self.embed_norm, self.stages, self.norms, self.project = (nn.ModuleList() for _ in range(5))
+        cin = 3
+        for dim, patch, stride, heads, reduction in self.STAGES:
+            self.embed.append(nn.Conv2d(cin, dim, patch, stride, patch // 2))
+            self.embed_norm.append(nn.LayerNorm(dim))
+            self.stages.append(nn.ModuleList(_MixTransformerLayer(dim, heads, reduction) for _ in range(depth)))
+            self.norms.append(nn.LayerNorm(dim))
+            self.project.append(Dense(dim, decoder))
+            cin = dim
+        self.fuse = nn.Sequential(nn.Conv2d(4 * decoder, decoder, 1, bias=False), nn.BatchNorm2d(decoder), nn.ReLU())
+        self.classifier = nn.Conv2d(decoder, classes, 1)
+
+    def forward(self, x):
+        b, maps, size = x.shape[0], [], None
+        for embed, embed_norm, layers, norm, project in zip(self.embed, self.embed_norm, self.stages, self.norms,
+                                                            self.project):
+            x = embed(x)
+            h, w = x.shape[2], x.shape[3]
+            t = embed_norm(x.flatten(2).transpose(1, 2).reshape(b * h * w, -1))
+            for layer in layers:
+                t = layer(t, b, h, w)
+            t = norm(t)
+            x = t.reshape(b, h, w, -1).permute(0, 3, 1, 2)
+            size = size or (h, w)
+            m = project(t).reshape(b, h, w, -1).permute(0, 3, 1, 2)
+            maps.append(nn.functional.interpolate(m, size=size, mode="bilinear", align_corners=False))
+        return self.classifier(self.fuse(torch.cat(maps[::-1], 1)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1575,7 +1662,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
-            "mobilevit_xs": MobileViTXS}
+            "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
