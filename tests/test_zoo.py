@@ -201,6 +201,45 @@ def test_networks_still_yield_their_released_tasks(release, network):
     assert {identity.task_id(t.mod): t.weight for t in tasks} == dict(zip(held["task_id"], held["weight"]))
 
 
+def test_constants_folded_in_numpy_give_foldconstants_tasks_and_outputs():
+    """A BatchNorm with no convolution before it to fold into (DenseNet's pre-activation)
+    leaves arithmetic on constant statistics, and a gather from a constant table leaves a
+    take: folded in NumPy before legalization, they give the tasks FoldConstant gives, and
+    the network computes what torch does."""
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.conv = torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 4, 3, padding=1)
+            self.table = torch.nn.Parameter(torch.randn(5, 4))
+            self.register_buffer("index", torch.tensor([4, 0, 2, 2]))
+
+        def forward(self, x):
+            return self.conv(torch.relu(self.norm(x))) + self.table[self.index].sum(0).reshape(1, 4, 1, 1)
+
+    torch.manual_seed(0)
+    model = Net().eval()
+    model.norm.running_mean.uniform_(-1, 1), model.norm.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 8, 10, 10)
+    mod = zoo.from_torch(model, (x,))
+    expected = model(x).detach().numpy()
+    found = []
+    for fold_in_numpy in (True, False):
+        fused = zoo.fuse(mod, fold_in_numpy=fold_in_numpy)
+        tasks = ms.relax_integration.extract_tasks(fused, _llvm())
+        found.append({identity.task_id(zoo.as_main(t.dispatched[0])): t.weight for t in tasks})
+        vm = relax.VirtualMachine(tvm.compile(fused, target="llvm"), tvm.cpu())
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x.numpy())).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert found[0] == found[1] and found[0]
+    # the folded module has no call left whose inputs are all constants
+    folded = zoo.fold_constants_in_numpy()(relax.transform.DecomposeOpsForInference()(mod))
+    assert "R.sqrt" not in folded.script() and "R.take" not in folded.script()
+
+
 def test_stage_tasks_on_zoo(tmp_path):
     from hydra import compose, initialize_config_dir
 
