@@ -193,6 +193,18 @@ def _split_heads(y, seq: int, heads: int):
     return y.reshape(-1, seq, heads, y.shape[1] // heads).transpose(1, 2).reshape(-1, seq, y.shape[1] // heads)
 
 
+def _attend(q, k, v, heads: int, mask=None):
+    """Scaled dot-product attention: queries [batch*heads, seq, head_dim] over keys and values
+    [batch*heads, kv_seq, head_dim] (plus an additive mask), back to tokens
+    [batch*seq, heads*head_dim], the inverse of `_split_heads`."""
+    seq, head_dim = q.shape[1], q.shape[2]
+    scores = torch.bmm(q, k.transpose(1, 2)) * (head_dim**-0.5)
+    if mask is not None:
+        scores = scores + mask
+    ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
+    return ctx.reshape(-1, heads, seq, head_dim).transpose(1, 2).reshape(-1, heads * head_dim)
+
+
 class BertLayer(nn.Module):
     """Post-LN transformer layer over tokens [batch*seq, hidden], as BERT computes it.
 
@@ -202,7 +214,7 @@ class BertLayer(nn.Module):
 
     def __init__(self, c: BertConfig):
         super().__init__()
-        self.seq, self.heads, self.head_dim = c.seq, c.heads, c.hidden // c.heads
+        self.seq, self.heads = c.seq, c.heads
         self.query = Dense(c.hidden, c.hidden)
         self.key = Dense(c.hidden, c.hidden)
         self.value = Dense(c.hidden, c.hidden)
@@ -213,10 +225,7 @@ class BertLayer(nn.Module):
 
     def forward(self, x):
         q, k, v = (_split_heads(y, self.seq, self.heads) for y in (self.query(x), self.key(x), self.value(x)))
-        scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5)
-        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
-        ctx = ctx.reshape(-1, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
-        x = self.ln1(x + self.out(ctx))
+        x = self.ln1(x + self.out(_attend(q, k, v, self.heads)))
         return self.ln2(x + self.ffn(x))
 
 
@@ -382,10 +391,7 @@ class PreLNLayer(nn.Module):
         b = x.shape[0] // self.seq
         qkv = self.qkv(self.ln1(x)).reshape(b, self.seq, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k, v = (t.reshape(b * self.heads, self.seq, self.head_dim) for t in qkv)
-        scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5) + self.mask
-        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
-        ctx = ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
-        x = x + self.out(ctx)
+        x = x + self.out(_attend(q, k, v, self.heads, self.mask))
         return x + self.mlp(self.ln2(x))
 
 
@@ -653,10 +659,7 @@ class LlamaLayer(nn.Module):
         v = self.v(h).reshape(b, self.seq, self.kv_heads, self.head_dim).transpose(1, 2)
         k, v = (t[:, :, None].expand(b, self.kv_heads, groups, self.seq, self.head_dim)
                 .reshape(b * self.heads, self.seq, self.head_dim) for t in (k, v))
-        scores = torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5) + self.mask
-        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
-        ctx = ctx.reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
-        x = x + self.o(ctx)
+        x = x + self.o(_attend(q, k, v, self.heads, self.mask))
         h = self.norm2(x)
         return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
 
@@ -919,7 +922,7 @@ class ConformerLayer(nn.Module):
 
     def __init__(self, hidden: int, heads: int, ffn: int, seq: int, kernel: int = 31):
         super().__init__()
-        self.seq, self.heads, self.head_dim = seq, heads, hidden // heads
+        self.seq, self.heads = seq, heads
         self.ffn1, self.ffn2 = (nn.Sequential(nn.LayerNorm(hidden), Dense(hidden, ffn), nn.SiLU(), Dense(ffn, hidden))
                                 for _ in range(2))
         self.norm_attn = nn.LayerNorm(hidden)
@@ -935,9 +938,7 @@ class ConformerLayer(nn.Module):
         x = x + 0.5 * self.ffn1(x)
         qkv = self.qkv(self.norm_attn(x))
         q, k, v = (_split_heads(qkv[:, i * d:(i + 1) * d], self.seq, self.heads) for i in range(3))
-        attn = torch.softmax(torch.bmm(q, k.transpose(1, 2)) * (self.head_dim**-0.5), dim=-1)
-        ctx = torch.bmm(attn, v).reshape(b, self.heads, self.seq, self.head_dim).transpose(1, 2).reshape(x.shape)
-        x = x + self.o(ctx)
+        x = x + self.o(_attend(q, k, v, self.heads))
         h = self.norm_conv(x).reshape(b, self.seq, d).transpose(1, 2)
         x = x + self.conv(h).transpose(1, 2).reshape(x.shape)
         return self.norm_out(x + 0.5 * self.ffn2(x))
@@ -1568,9 +1569,7 @@ class _EfficientAttention(nn.Module):
             seq = m.shape[2] * m.shape[3]
             kv = self.norm(m.flatten(2).transpose(1, 2).reshape(b * seq, -1))
         k, v = _split_heads(self.key(kv), seq, self.heads), _split_heads(self.value(kv), seq, self.heads)
-        scores = torch.bmm(q, k.transpose(1, 2)) * (q.shape[2] ** -0.5)
-        ctx = torch.bmm(torch.softmax(scores, dim=-1), v)
-        return self.out(ctx.reshape(b, self.heads, h * w, -1).transpose(1, 2).reshape(x.shape))
+        return self.out(_attend(q, k, v, self.heads))
 
 
 class _MixTransformerLayer(nn.Module):
