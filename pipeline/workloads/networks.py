@@ -1633,6 +1633,59 @@ class SegFormerB0(nn.Module):
         return self.classifier(self.fuse(torch.cat(maps[::-1], 1)))
 
 
+# ------------------------------------------------- HiFi-GAN vocoder (Kong et al. 2020)
+
+
+class _HiFiGANResBlock(nn.Module):
+    """Three residual pairs of 1-D convolutions (kernel k; the first dilated 1/3/5, the second
+    not), each convolution after a leaky ReLU (slope 0.1)."""
+
+    def __init__(self, channels: int, kernel: int, dilations=(1, 3, 5)):
+        super().__init__()
+        self.convs1 = nn.ModuleList(nn.Conv1d(channels, channels, kernel, dilation=d, padding=(kernel - 1) * d // 2)
+                                    for d in dilations)
+        self.convs2 = nn.ModuleList(nn.Conv1d(channels, channels, kernel, padding=(kernel - 1) // 2)
+                                    for _ in dilations)
+
+    def forward(self, x):
+        for conv1, conv2 in zip(self.convs1, self.convs2):
+            x = x + conv2(nn.functional.leaky_relu(conv1(nn.functional.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+
+class HiFiGAN(nn.Module):
+    """The HiFi-GAN vocoder of SpeechT5 (Hugging Face's microsoft/speecht5_hifigan, weight
+    norm folded as at inference): a log-mel spectrogram [batch, frames, 80] (32 frames, 0.5 s
+    at 16 kHz) normalized per bin, a 7-wide convolution to 512 channels, four transposed
+    convolutions (kernel 8, stride 4) halving the channels to 32, each followed by the mean of
+    three residual blocks (kernels 3, 7, 11), then a 7-wide convolution and tanh to a
+    waveform [batch, 256 x frames]; 12,656,257 parameters."""
+
+    def __init__(self, frames: int = 32, mels: int = 80, channels: int = 512, rates=(4, 4, 4, 4),
+                 kernels=(3, 7, 11)):
+        super().__init__()
+        self.example_shape = (frames, mels)
+        self.register_buffer("mean", torch.zeros(mels))
+        self.register_buffer("scale", torch.ones(mels))
+        self.conv_pre = nn.Conv1d(mels, channels, 7, padding=3)
+        self.upsampler, self.resblocks = nn.ModuleList(), nn.ModuleList()
+        for i, rate in enumerate(rates):
+            cout = channels // 2 ** (i + 1)
+            self.upsampler.append(nn.ConvTranspose1d(cout * 2, cout, 2 * rate, stride=rate, padding=rate // 2))
+            self.resblocks.append(nn.ModuleList(_HiFiGANResBlock(cout, k) for k in kernels))
+        self.conv_post = nn.Conv1d(cout, 1, 7, padding=3)
+
+    def forward(self, spectrogram):
+        x = self.conv_pre(((spectrogram - self.mean) / self.scale).transpose(1, 2))
+        for upsample, blocks in zip(self.upsampler, self.resblocks):
+            x = upsample(nn.functional.leaky_relu(x, 0.1))
+            y = blocks[0](x)
+            for block in blocks[1:]:
+                y = y + block(x)
+            x = y / len(blocks)
+        return torch.tanh(self.conv_post(nn.functional.leaky_relu(x))).flatten(1)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1661,7 +1714,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
-            "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0}
+            "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
