@@ -1,7 +1,7 @@
 """A cost model trained by this pipeline, as a MetaSchedule cost model.
 
     from pipeline.tuning.cost_model import PipelineCostModel
-    cm = PipelineCostModel.from_pretrained("zoo_ops-llvm-epyc2-v15-ens_ps_rank4_fixed-all")  # a released model
+    cm = PipelineCostModel.from_pretrained("zoo_ops-llvm-epyc2-v16-ens_ps_rank4_fixed-all")  # a released model
     cm = PipelineCostModel.from_uri("models:/ops-llvm-cost-model@best-static")  # or .from_path(folder)
     ms.tune_tir(mod, target, work_dir, max_trials_global=64, cost_model=cm,
                 builder=PersistentBuilder())  # pipeline.compute.builder: see docs/tuning.md
