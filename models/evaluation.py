@@ -246,6 +246,31 @@ def paired_intervals(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference
     return pd.DataFrame(rows, columns=["features", "model", "heldout", "diff", "lo", "hi", "n_tasks", "n_seeds"])
 
 
+def per_task_scores(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference: str = REFERENCE) -> pd.DataFrame:
+    """Where a held-out network's weighted top-1 score is won or lost, task by task: each
+    task's top-1 score (best_s / top1_s) per model, mean over seeds; its share of the
+    network's best-case time (weight x best_s, the weighting of TenSet's score); and the score
+    minus `reference`'s on the same task (empty where the reference has no run).
+
+    `per_task` and `weights` as for `paired_intervals`. Rows: features, heldout, model,
+    task_id, weight, share, score, minus_<reference>, n_seeds; the largest share first."""
+    minus = f"minus_{reference}"
+    columns = ["features", "heldout", "model", "task_id", "weight", "share", "score", minus, "n_seeds"]
+    if per_task.empty or "top1_s" not in per_task.columns:
+        return pd.DataFrame(columns=columns)
+    keys = ["features", "heldout", "task_id"]
+    df = per_task.merge(weights, on=["heldout", "task_id"], how="left")
+    df = df.assign(weight=df["weight"].fillna(1.0), score=df["best_s"] / df["top1_s"])
+    out = df.groupby([*keys, "model"], as_index=False).agg(
+        weight=("weight", "first"), best_s=("best_s", "mean"), score=("score", "mean"), n_seeds=("seed", "nunique"))
+    time = out["weight"] * out["best_s"]
+    out["share"] = time / time.groupby([out["features"], out["heldout"], out["model"]]).transform("sum")
+    ref = out[out["model"] == reference].set_index(keys)["score"]
+    out[minus] = out["score"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(out[keys])).to_numpy()
+    out = out.sort_values(["features", "heldout", "model", "share"], ascending=[True, True, True, False])
+    return out[columns].reset_index(drop=True)
+
+
 def _seed_task_matrix(g: pd.DataFrame, model: str, tasks: list, col: str):
     """(best_s, `col`) of `model` as seed x task arrays and the seeds, or None when a task lacks a score."""
     m = g[g["model"] == model].pivot_table(index="seed", columns="task_id", values=["best_s", col])

@@ -150,6 +150,28 @@ def test_paired_intervals_against_the_reference():
     assert mean.loc["good", "diff"] == pytest.approx(0.5) and mean.loc["good", "n_tasks"] == 40
 
 
+def test_per_task_scores_share_score_and_margin():
+    """Task by task: the share of the network's best-case time (weight x best), the top-1
+    score over seeds, and that minus the reference's on the same task."""
+    from models.evaluation import per_task_scores
+
+    rows = []
+    for seed, picked in ((0, [2.0, 1.0]), (1, [4.0, 1.0])):  # t0 scored 0.5 then 0.25
+        rows += _per_task("a", seed, picked, best=1.0)
+        rows += _per_task("ms_xgb", seed, [1.0, 2.0], best=1.0)
+    weights = pd.DataFrame({"heldout": "net", "task_id": ["t0", "t1"], "weight": [3.0, 1.0]})
+    out = per_task_scores(pd.DataFrame(rows), weights).set_index(["model", "task_id"])
+    assert out.loc[("a", "t0"), "share"] == pytest.approx(0.75) and out.loc[("a", "t1"), "share"] == pytest.approx(0.25)
+    assert out.loc[("a", "t0"), "score"] == pytest.approx(0.375) and out.loc[("a", "t1"), "score"] == 1.0
+    assert out.loc[("a", "t0"), "minus_ms_xgb"] == pytest.approx(-0.625)
+    assert out.loc[("a", "t1"), "minus_ms_xgb"] == pytest.approx(0.5)
+    assert (out["n_seeds"] == 2).all() and out.loc["ms_xgb", "minus_ms_xgb"].tolist() == [0.0, 0.0]
+    # the largest share first within each (network, model); no reference: no margin, no error
+    assert per_task_scores(pd.DataFrame(rows), weights)["task_id"].tolist()[:2] == ["t0", "t1"]
+    alone = per_task_scores(pd.DataFrame([r for r in rows if r["model"] == "a"]), weights)
+    assert alone["minus_ms_xgb"].isna().all() and len(alone) == 2
+
+
 def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     """The choice is the best mean validation top-1 over runs ("a": .58 against .575); its
     margins are paired over the four (network, seed) runs both have; random rows are not models."""

@@ -313,6 +313,14 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     for held, nets in validated.items():
         assert f"{held} {len(nets)} ({', '.join(sorted(nets))})" in line
     assert (root / "reports" / "heldout-by_network-static.png").stat().st_size > 1000
+    # task by task (one top-k task per network here): its share is the whole network's time
+    # and its top-1 score, over seeds, is the network's weighted one; no ms_xgb, no margin
+    tasks_csv = pd.read_csv(root / "reports" / "per_task-by_network-static.csv")
+    assert len(tasks_csv) == 4 and (tasks_csv["share"] == 1.0).all() and tasks_csv["minus_ms_xgb"].isna().all()
+    assert set(tasks_csv["name"]) <= set(tasks["name"]) and (tasks_csv["n_seeds"] == 2).all()
+    nets = table[table["model"] != "random"].set_index(["heldout", "model"])["test_top1_score"]
+    for held, model, score in zip(tasks_csv["heldout"], tasks_csv["model"], tasks_csv["score"]):
+        assert score == pytest.approx(nets[(held, model)])
     logged = mlflow.search_runs(experiment_names=[cfg.workspace], filter_string="tags.stage = 'compare'")
     assert len(logged) == 1 and logged["tags.report"].iloc[0] == "compare-by_network-static"
     back = client.load_table(logged["experiment_id"].iloc[0], "heldout.json", run_ids=[logged["run_id"].iloc[0]])

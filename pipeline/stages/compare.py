@@ -16,6 +16,9 @@ jobs of a sweep (`-m stage=compare split=within_task,by_task`) each keep theirs:
                             ablation, ordered by the validation metric that chooses
                             (`mlflow.best_metric`)
   heldout<sel>.csv, splits<sel>.csv, ablation<sel>.csv   the same tables with every column
+  per_task<sel>.csv         per held-out network, task and model: the task's share of the
+                            network's best-case time, the model's top-1 score on it and that
+                            score minus ms_xgb's (where a network's figure is won or lost)
   against<sel>.csv          with compare.against=<workspace>: each model here minus the same
                             model trained there, paired over the held-out tasks both tested on
   compare<sel>.png          mean test metrics per (model, features, split); heldout<sel>.png:
@@ -157,11 +160,17 @@ def network_weights(ws: Workspace) -> pd.DataFrame:
     return ws.read("network_tasks", columns=["network", "task_id", "weight"]).rename(columns={"network": "heldout"})
 
 
-def heldout_intervals(ws: Workspace, runs: pd.DataFrame) -> pd.DataFrame:
-    """Paired bootstrap intervals of each model against ms_xgb per held-out network
-    (models/evaluation.py `paired_intervals`) from the by_network runs' per-task tables."""
-    per_task = heldout_per_task(runs)
-    return E.paired_intervals(per_task, network_weights(ws)) if len(per_task) else pd.DataFrame()
+def heldout_task_tables(ws: Workspace, runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """From the by_network runs' per-task tables: the paired bootstrap intervals of each model
+    against ms_xgb per held-out network (models/evaluation.py `paired_intervals`) and the same
+    comparison task by task, with each task's name and share of its network's time
+    (`per_task_scores`)."""
+    per_task, weights = heldout_per_task(runs), network_weights(ws)
+    if per_task.empty:
+        return {"intervals": pd.DataFrame(), "per_task": pd.DataFrame()}
+    names = ws.read("tasks", columns=["task_id", "name"]).drop_duplicates("task_id")
+    scores = E.per_task_scores(per_task, weights).merge(names, on="task_id", how="left")
+    return {"intervals": E.paired_intervals(per_task, weights), "per_task": scores}
 
 
 def validation_networks(runs: pd.DataFrame) -> dict[str, list[str]]:
@@ -286,7 +295,7 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     paths = {ext: reports / f"{report_name(cfg)}.{ext}" for ext in ("csv", "md", "png")}
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
         ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"),
-        ("margins", "csv"))})
+        ("margins", "csv"), ("per_task", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
     if cfg.compare.get("against"):
         paths["against"] = reports / f"{report_name(cfg, 'against')}.csv"
@@ -317,7 +326,9 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                  f"Test top-1 score of each model minus {E.REFERENCE}'s on the same tasks, mean over seeds, with a "
                  f"{E.LEVEL:.0%} paired bootstrap interval over the held-out tasks (the `mean` rows: over networks, "
                  f"each resampled on its own). An interval above 0 says the model picks better than "
-                 f"{E.REFERENCE} on such networks.\n", to_markdown(interval_report(_models(cfg, intervals)))]
+                 f"{E.REFERENCE} on such networks. Task by task (each task's share of its network's best-case "
+                 f"time, each model's top-1 score on it and that minus {E.REFERENCE}'s): "
+                 f"{report_name(cfg, 'per_task')}.csv.\n", to_markdown(interval_report(_models(cfg, intervals)))]
     against = tables.get("against")
     if against is not None and len(against):
         other = str(cfg.compare.against)
@@ -377,7 +388,7 @@ def run(cfg) -> dict:
     frame = E.run_frame(tracking.with_split_tags(runs))
     tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
     frame = E.with_random_rows(frame)
-    tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), intervals=heldout_intervals(ws, runs),
+    tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), **heldout_task_tables(ws, runs),
                   margins=E.paired_over_runs(frame, select, model_pairs(cfg, set(frame["model"]))))
     if cfg.compare.get("against"):
         tables["against"] = against_intervals(cfg, ws, store, runs)
@@ -386,7 +397,7 @@ def run(cfg) -> dict:
     heldout, splits = tables["heldout"], tables["splits"]
     paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables, validation_networks(runs)))
     files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "margins",
-                                "against")
+                                "per_task", "against")
              if k in paths]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
