@@ -130,7 +130,8 @@ def test_networks_run_in_torch():
     # lists 3.79M); torchvision's swin_t and densenet121; torchvision's inception_v3 27,161,264
     # less its training-only auxiliary classifier (3,326,696); torchvision's regnet_y_400mf;
     # timm's mobilevit_xs; Hugging Face's SegFormer-B0 (nvidia/mit-b0 with the decode head,
-    # 150 classes) and SpeechT5's HiFi-GAN (microsoft/speecht5_hifigan)
+    # 150 classes), SpeechT5's HiFi-GAN (microsoft/speecht5_hifigan) and PoolFormer-S12
+    # (sail/poolformer_s12)
     published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
                  "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264,
                  "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816,
@@ -138,7 +139,7 @@ def test_networks_run_in_torch():
                  "ecapa_tdnn": 6_191_360, "conv_tasnet": 5_050_545, "yolov5s": 7_235_389, "x3d_xs": 3_794_322,
                  "swin_t": 28_288_354, "densenet121": 7_978_856,
                  "inception_v3": 27_161_264 - 3_326_696, "regnet_y_400mf": 4_344_144, "mobilevit_xs": 2_317_848,
-                 "segformer_b0": 3_752_694, "hifigan": 12_656_257}
+                 "segformer_b0": 3_752_694, "hifigan": 12_656_257, "poolformer_s12": 11_915_176}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -149,7 +150,8 @@ def test_networks_run_in_torch():
                         ("unet", (1, 2, 128, 128)), ("yolov5s", (1, 3, 85, 2100)), ("x3d_xs", (1, 400)),
                         ("swin_t", (1, 1000)), ("densenet121", (1, 1000)), ("inception_v3", (1, 1000)),
                         ("regnet_y_400mf", (1, 1000)), ("mobilevit_xs", (1, 1000)),
-                        ("segformer_b0", (1, 150, 64, 64)), ("hifigan", (1, 8192))]:
+                        ("segformer_b0", (1, 150, 64, 64)), ("hifigan", (1, 8192)),
+                        ("poolformer_s12", (1, 1000))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape

@@ -1686,6 +1686,50 @@ class HiFiGAN(nn.Module):
         return torch.tanh(self.conv_post(nn.functional.leaky_relu(x))).flatten(1)
 
 
+# ------------------------------------------------------------ PoolFormer (Yu et al. 2022)
+
+
+class _PoolFormerBlock(nn.Module):
+    """MetaFormer block with pooling as the token mixer: GroupNorm over (C, H, W), a 3x3 average
+    pool (padding not counted) minus its input, then GroupNorm, a 1x1 convolution MLP (4x, GELU);
+    both branches scaled per channel and added back."""
+
+    def __init__(self, dim: int, mlp_ratio: int = 4, pool: int = 3):
+        super().__init__()
+        self.norm1, self.norm2 = nn.GroupNorm(1, dim), nn.GroupNorm(1, dim)
+        self.pool = nn.AvgPool2d(pool, stride=1, padding=pool // 2, count_include_pad=False)
+        self.fc1, self.fc2 = nn.Conv2d(dim, dim * mlp_ratio, 1), nn.Conv2d(dim * mlp_ratio, dim, 1)
+        self.scale1 = nn.Parameter(1e-5 * torch.ones(dim, 1, 1))
+        self.scale2 = nn.Parameter(1e-5 * torch.ones(dim, 1, 1))
+
+    def forward(self, x):
+        y = self.norm1(x)
+        x = x + self.scale1 * (self.pool(y) - y)
+        return x + self.scale2 * self.fc2(nn.functional.gelu(self.fc1(self.norm2(x))))
+
+
+class PoolFormerS12(nn.Module):
+    """PoolFormer-S12 at 224x224 (Hugging Face's sail/poolformer_s12 layout): a 7x7 stride-4
+    patch embedding to 64 channels, stages of 2, 2, 6, 2 pooling blocks at 64, 128, 320, 512
+    channels joined by 3x3 stride-2 embeddings, GroupNorm, global mean, 1000 classes;
+    11,915,176 parameters."""
+
+    def __init__(self, depths=(2, 2, 6, 2), dims=(64, 128, 320, 512), classes: int = 1000):
+        super().__init__()
+        self.embed = nn.ModuleList(nn.Conv2d(3 if i == 0 else dims[i - 1], dim, 7 if i == 0 else 3,
+                                             stride=4 if i == 0 else 2, padding=2 if i == 0 else 1)
+                                   for i, dim in enumerate(dims))
+        self.stages = nn.ModuleList(nn.Sequential(*(_PoolFormerBlock(dim) for _ in range(depth)))
+                                    for depth, dim in zip(depths, dims))
+        self.norm = nn.GroupNorm(1, dims[-1])
+        self.head = nn.Linear(dims[-1], classes)
+
+    def forward(self, x):
+        for embed, stage in zip(self.embed, self.stages):
+            x = stage(embed(x))
+        return self.head(self.norm(x).mean((-2, -1)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1714,7 +1758,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "ecapa_tdnn": ECAPATDNN, "conformer": ConformerEncoder, "conv_tasnet": ConvTasNet, "unet": UNet,
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
-            "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN}
+            "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
+            "poolformer_s12": PoolFormerS12}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
