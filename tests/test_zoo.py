@@ -130,8 +130,8 @@ def test_networks_run_in_torch():
     # lists 3.79M); torchvision's swin_t and densenet121; torchvision's inception_v3 27,161,264
     # less its training-only auxiliary classifier (3,326,696); torchvision's regnet_y_400mf;
     # timm's mobilevit_xs; Hugging Face's SegFormer-B0 (nvidia/mit-b0 with the decode head,
-    # 150 classes), SpeechT5's HiFi-GAN (microsoft/speecht5_hifigan) and PoolFormer-S12
-    # (sail/poolformer_s12)
+    # 150 classes), SpeechT5's HiFi-GAN (microsoft/speecht5_hifigan), PoolFormer-S12
+    # (sail/poolformer_s12) and SuperPoint (magic-leap-community/superpoint)
     published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
                  "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264,
                  "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816,
@@ -139,7 +139,8 @@ def test_networks_run_in_torch():
                  "ecapa_tdnn": 6_191_360, "conv_tasnet": 5_050_545, "yolov5s": 7_235_389, "x3d_xs": 3_794_322,
                  "swin_t": 28_288_354, "densenet121": 7_978_856,
                  "inception_v3": 27_161_264 - 3_326_696, "regnet_y_400mf": 4_344_144, "mobilevit_xs": 2_317_848,
-                 "segformer_b0": 3_752_694, "hifigan": 12_656_257, "poolformer_s12": 11_915_176}
+                 "segformer_b0": 3_752_694, "hifigan": 12_656_257, "poolformer_s12": 11_915_176,
+                 "superpoint": 1_300_865}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -155,6 +156,16 @@ def test_networks_run_in_torch():
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
+    # SuperPoint's two outputs: a score map where only local maxima (9x9) stay nonzero, and
+    # descriptors of unit length at each of the 30x40 cells
+    model, example = networks.build("superpoint")
+    with torch.no_grad():
+        scores, descriptors = model(*example)
+    assert scores.shape == (1, 240, 320) and descriptors.shape == (1, 256, 30, 40)
+    pooled = torch.nn.functional.max_pool2d(scores[:, None], 9, stride=1, padding=4)[:, 0]
+    kept = scores > 0
+    assert 0 < kept.sum() < scores.numel() / 20 and torch.equal(scores[kept], pooled[kept])
+    assert torch.allclose(descriptors.norm(dim=1), torch.ones(1, 30, 40), atol=1e-5)
 
 
 def test_t5_relative_position_buckets():

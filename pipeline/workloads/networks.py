@@ -1730,6 +1730,49 @@ class PoolFormerS12(nn.Module):
         return self.head(self.norm(x).mean((-2, -1)))
 
 
+# ------------------------------------------------------ SuperPoint (DeTone et al. 2018)
+
+
+class SuperPoint(nn.Module):
+    """SuperPoint keypoints and descriptors (Hugging Face's magic-leap-community/superpoint
+    layout) over a grayscale 240x320 image [batch, 1, 240, 320]: a VGG-style encoder (3x3
+    convolutions with ReLU, 64/64/128/128 channels, three 2x2 max pools), a score head (3x3 to
+    256, 1x1 to 65 cells, softmax, the 64 cells unfolded into the full-resolution map, non-maximum
+    suppression by 9x9 max pools twice) and a descriptor head (3x3 to 256, 1x1 to 256, L2
+    normalized) -> (scores [batch, 240, 320], descriptors [batch, 256, 30, 40]); the dense part
+    of the model, before keypoints are thresholded and sampled; 1,300,865 parameters."""
+
+    def __init__(self, height: int = 240, width: int = 320, widths=(64, 64, 128, 128), hidden: int = 256,
+                 descriptor: int = 256, nms_radius: int = 4):
+        super().__init__()
+        self.example_shape = (1, height, width)
+        self.nms_radius = nms_radius
+        layers, cin = [], 1
+        for i, cout in enumerate(widths):
+            layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(), nn.Conv2d(cout, cout, 3, padding=1), nn.ReLU()]
+            layers += [nn.MaxPool2d(2)] if i < len(widths) - 1 else []
+            cin = cout
+        self.encoder = nn.Sequential(*layers)
+        self.score = nn.Sequential(nn.Conv2d(cin, hidden, 3, padding=1), nn.ReLU(), nn.Conv2d(hidden, 65, 1))
+        self.descriptor = nn.Sequential(nn.Conv2d(cin, hidden, 3, padding=1), nn.ReLU(),
+                                        nn.Conv2d(hidden, descriptor, 1))
+
+    def _max_pool(self, x):
+        return nn.functional.max_pool2d(x, 2 * self.nms_radius + 1, stride=1, padding=self.nms_radius)
+
+    def forward(self, image):
+        x = self.encoder(image)
+        scores = nn.functional.pixel_shuffle(self.score(x).softmax(1)[:, :-1], 8)  # [batch, 1, H, W]
+        zeros = torch.zeros_like(scores)
+        keep = scores == self._max_pool(scores)
+        for _ in range(2):
+            suppressed = self._max_pool(keep.float()) > 0
+            rest = torch.where(suppressed, zeros, scores)
+            keep = keep | ((rest == self._max_pool(rest)) & ~suppressed)
+        descriptors = nn.functional.normalize(self.descriptor(x), p=2, dim=1)
+        return torch.where(keep, scores, zeros).squeeze(1), descriptors
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1759,7 +1802,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
-            "poolformer_s12": PoolFormerS12}
+            "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
