@@ -2,7 +2,7 @@
 
     python benchmarks/collect_throughput.py [--kernels 32] [--workspace PATH]
                                             [--target h100] [--ops GMM,C1D,C2D,SFM] [--candidates 8]
-    python benchmarks/collect_throughput.py --part PART_DIR [--kernels 10] [--reports DIR]
+    python benchmarks/collect_throughput.py --part PART_DIR [--kernels 10] [--reports DIR] [--full-seconds S]
 
 Needs an NVIDIA GPU, its driver and Nsight Compute (ncu); exits with a message otherwise.
 Without --workspace or --part it builds a CUDA workspace first (stages tasks, sample, replay,
@@ -99,10 +99,12 @@ def build_workspace(tmp: Path, target: str, ops: str, candidates: int) -> Path:
     return next(p for p in tmp.iterdir() if p.is_dir())
 
 
-def part_rates(part: Path, n: int, ncu: str, keep: Path) -> dict[str, tuple[int, float, int]]:
+def part_rates(part: Path, n: int, ncu: str, keep: Path, full_seconds: float | None = None
+               ) -> dict[str, tuple[int, float, int]]:
     """(kernels profiled, seconds, ncu invocations) per way, on the first `n` kernels of an
     unpacked part, through its runner (install, environment, harness under ncu). The
-    per-kernel way is the part's ncu command with `--set full` instead of its sections."""
+    per-kernel way is the part's ncu command with `--set full` instead of its sections; with
+    `full_seconds` it starts no further kernel after that long (its rate is over those it ran)."""
     sys.path.insert(0, str(part))
     import run_part  # the part's own runner (pipeline/runner/part.py)
 
@@ -126,10 +128,14 @@ def part_rates(part: Path, n: int, ncu: str, keep: Path) -> dict[str, tuple[int,
     out["batched"] = (run("batched", jobs, run_part.ncu_command(spec, ncu, keep / "batched-{n}")),
                       time.perf_counter() - t0, 1)
     t0 = time.perf_counter()
-    done = 0
+    done = calls = 0
     for i, job in enumerate(jobs):
+        if full_seconds is not None and time.perf_counter() - t0 > full_seconds:
+            print(f"per-kernel full: stopped after {calls} of {len(jobs)} kernels (--full-seconds {full_seconds:g})")
+            break
         done = run("full", [job], run_part.ncu_command(spec, ncu, keep / f"full-{i}-{{n}}", section_set="full"))
-    out["per-kernel full"] = (done, time.perf_counter() - t0, len(jobs))
+        calls += 1
+    out["per-kernel full"] = (done, time.perf_counter() - t0, calls)
     return out
 
 
@@ -143,6 +149,7 @@ def main() -> None:
     p.add_argument("--ops", default="GMM,C1D,C2D,SFM")
     p.add_argument("--candidates", type=int, default=8)
     p.add_argument("--ncu", default="ncu")
+    p.add_argument("--full-seconds", type=float, help="with --part: start no further `--set full` kernel after this long")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="collect-bench-"))
     try:
@@ -151,7 +158,8 @@ def main() -> None:
                 fail("no NVIDIA GPU on this machine (no /dev/nvidiactl, nvidia-smi finds none); run this on a GPU host.")
             ncu = shutil.which(args.ncu) or fail(f"ncu not found as {args.ncu!r}: put Nsight Compute's ncu on PATH")
             print(f"{args.kernels} kernels from the part {args.part}")
-            results = part_rates(args.part.resolve(), args.kernels, ncu, (args.reports or tmp / "reports").resolve())
+            results = part_rates(args.part.resolve(), args.kernels, ncu, (args.reports or tmp / "reports").resolve(),
+                                 args.full_seconds)
         else:
             results = workspace_rates(args, tmp)
         rate = {}
