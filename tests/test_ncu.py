@@ -202,6 +202,25 @@ def test_parse_real_reports(path):
         assert a[metrics.TIME_METRIC] == pytest.approx(sum(times))
 
 
+H200_CURATED = sorted(FIXTURES.glob("h200-curated-*.ncu-rep"))
+
+
+@pytest.mark.parametrize("path", H200_CURATED, ids=[p.name for p in H200_CURATED])
+def test_h200_harness_reports_hold_every_curated_metric(path):
+    """Reports the part runner's harness wrote under ncu on an H200 (the project's section
+    files, its NVTX domain): one range per record, every curated metric with a value on every
+    kernel, and the GPU named; what collect.mode=import reads from a GPU host."""
+    rep = report.read(str(path), command.NVTX_DOMAIN)
+    assert rep.domains == {command.NVTX_DOMAIN}
+    assert {r["device"] for r in rep.rows} == {"NVIDIA H200"}
+    assert all(r["nvtx_ranges"] == f"{command.NVTX_DOMAIN}@{r['record_id']}" for r in rep.rows)
+    missing = [m for m in metrics.DEFAULT_METRICS if any(r.get(m) is None for r in rep.rows)]
+    assert not missing, missing
+    assert len({r["record_id"] for r in rep.rows}) == len(rep.rows) >= 2
+    full = report.read(str(FIXTURES / "h200-full-set-1-kernel.ncu-rep"), command.NVTX_DOMAIN)
+    assert len(full.metrics) > 4 * len(rep.metrics)  # `--set full`: what the curated list leaves out
+
+
 @pytest.mark.gpu
 def test_ncu_end_to_end_on_gpu(tmp_path):
     """Build a tiny CUDA workspace, profile it with ncu in one invocation, read the tables."""
