@@ -247,6 +247,7 @@ RULES: dict[str, Rule] = {
     "train.threads": integer(0),
     "train.topk_min_records": integer(1),
     "train.allow_mixed_hardware": SWITCH,
+    "train.same_records": SWITCH,
     "compare.latest_only": SWITCH,
     "tune.max_tasks": integer(1, null="every task"),
     "tune.trials": integer(1),

@@ -113,6 +113,17 @@ def train_one(cfg, ws, store: tracking.Store, mcfg: dict, table, split, fcfg: di
             "run_id": run_id}
 
 
+def _common_records(part_of: dict, tables: dict) -> dict:
+    """`part_of` cut to the records every feature set has (a record without profiler counters,
+    say, leaves every set), so that the sets are compared on the same records."""
+    common = set.intersection(*(set(t.frame["record_id"]) for t in tables.values()))
+    left = len(part_of) - len(common & set(part_of))
+    if left:
+        log.info("train.same_records: %d measured records lack a feature set of %s and are left out of every set",
+                 left, ", ".join(tables))
+    return {r: k for r, k in part_of.items() if r in common}
+
+
 def scored_members(members, split, part: str):
     """The network memberships a part is scored with: for the test part of a by_network split,
     only the held-out networks (a held-out task that a training network also calls counts in
@@ -152,24 +163,28 @@ def _train(cfg, ws, store: tracking.Store, models: list[dict], feature_sets: lis
     part_of = {}
     for k in ("train", "val", "test"):
         part_of.update(dict.fromkeys(records["record_id"].iloc[getattr(split_all, k)], k))
-    rows, skipped = [], []
+    rows, skipped, tables = [], [], {}
+    for fcfg in feature_sets:
+        fs = fcfg["name"]
+        try:
+            tables[fs] = build_table(ws, fs, exclude=fcfg.get("exclude") or [], device=str(cfg.target.device),
+                                     allow_mixed_hardware=mixed)
+        except FeatureSetError as e:
+            if explicit:
+                raise
+            log.error("features=%s skipped: %s", fs, e)
+            skipped.append(f"{fs}: {e}")
+    if cfg.train.get("same_records", True) and len(tables) > 1:
+        part_of = _common_records(part_of, tables)
     for fcfg in feature_sets:
         fs = fcfg["name"]
         todo = [m for m in models if not (m["name"] in STATIC_ONLY and fs != "static")]
         for m in models:
             if m not in todo:
                 log.info("model=%s reads its own static features: not trained for features=%s", m["name"], fs)
-        if not todo:
+        if not todo or fs not in tables:
             continue
-        try:
-            table = build_table(ws, fs, exclude=fcfg.get("exclude") or [], device=str(cfg.target.device),
-                                allow_mixed_hardware=mixed)
-        except FeatureSetError as e:
-            if explicit:
-                raise
-            log.error("features=%s skipped: %s", fs, e)
-            skipped.append(f"{fs}: {e}")
-            continue
+        table = tables[fs]
         split = _restrict(split_all, table, part_of)
         if len(split.test) == 0 or len(split.train) == 0:
             raise WorkspaceError(
