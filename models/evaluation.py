@@ -144,7 +144,6 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
     runs = frame[(frame["split"] == "by_network") & (frame["model"] != RANDOM)] if len(frame) else frame
     if runs.empty or select not in runs.columns:
         return pd.DataFrame()
-    q = [(1 - level) / 2, 1 - (1 - level) / 2]
     rows = []
     for features, g in runs.groupby("features", sort=True):
         means = g.groupby("model")[select].mean().dropna()
@@ -161,12 +160,54 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
                 x = (wide[model] - wide[reference]).dropna().to_numpy()
                 if not len(x):
                     continue
-                boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
-                lo, hi = np.quantile(boot, q)
+                lo, hi = _bootstrap(x, resamples, level, seed)
                 rows.append({"features": features, "model": model, "reference": reference, "metric": metric,
-                             "diff": float(x.mean()), "lo": float(lo), "hi": float(hi), "won": int((x > 0).sum()),
+                             "diff": float(x.mean()), "lo": lo, "hi": hi, "won": int((x > 0).sum()),
                              "n_runs": len(x)})
     return pd.DataFrame(rows, columns=["features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"])
+
+
+FEATURE_METRICS = ("test_top1_score", "test_pair_acc", "test_spearman")
+
+
+def _bootstrap(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
+    lo, hi = np.quantile(boot, q)
+    return float(lo), float(hi)
+
+
+def feature_margins(frame: pd.DataFrame, metrics: tuple[str, ...] = FEATURE_METRICS, *, base: str = "static",
+                    resamples: int = 5000, level: float = LEVEL, seed: int = 0) -> pd.DataFrame:
+    """What a feature set buys, per split: each model on every other feature set minus the
+    same model on `base`, then each (model, features) minus `REFERENCE` (on its own static
+    features); for each metric the mean over the runs both have (same held-out part and
+    seed) of the difference, a bootstrap interval over those runs and the runs won.
+    Rows: split, model, features, reference, metric, diff, lo, hi, won, n_runs."""
+    cols = ["split", "model", "features", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"]
+    runs = frame[frame["model"] != RANDOM] if len(frame) else frame
+    if runs.empty or runs["features"].nunique() < 2:
+        return pd.DataFrame(columns=cols)
+    rows = []
+    for split, g in runs.groupby("split", sort=True):
+        g = g.assign(arm=g["model"] + "/" + g["features"])
+        arms = sorted(set(g["arm"]))
+        todo = [(a, a.split("/")[0] + "/" + base) for a in arms if not a.endswith("/" + base)]
+        todo += [(a, f"{REFERENCE}/{base}") for a in arms if not a.startswith(REFERENCE + "/")]
+        for metric in (m for m in metrics if m in g.columns):
+            wide = g.pivot_table(index=["heldout", "seed"], columns="arm", values=metric)
+            for arm, ref in todo:
+                if arm not in wide.columns or ref not in wide.columns:
+                    continue
+                x = (wide[arm] - wide[ref]).dropna().to_numpy()
+                if not len(x):
+                    continue
+                lo, hi = _bootstrap(x, resamples, level, seed)
+                model, features = arm.split("/")
+                rows.append({"split": split, "model": model, "features": features, "reference": ref,
+                             "metric": metric, "diff": float(x.mean()), "lo": lo, "hi": hi,
+                             "won": int((x > 0).sum()), "n_runs": len(x)})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def with_spread(table: pd.DataFrame, cols: list[str], digits: int = 3) -> pd.DataFrame:

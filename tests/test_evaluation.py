@@ -193,3 +193,26 @@ def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     out = E.paired_over_runs(ahead, "val_top1_score", metrics=("val_top1_score",), resamples=100)
     assert out[["model", "reference"]].values.tolist() == [["a", "ms_xgb"]]
     assert out["diff"].iloc[0] < 0
+
+
+def test_feature_margins_pair_each_model_with_itself_on_static_and_with_ms_xgb():
+    """By seed (the same test records for every feature set): lgbm on profiler features minus
+    lgbm on static, and each arm minus ms_xgb; an unpaired seed is left out; random is not a model."""
+    rows = []
+    for seed, (st, pr, ms) in enumerate([(0.5, 0.7, 0.4), (0.6, 0.9, 0.5), (0.4, 0.5, 0.4)]):
+        rows += [dict(model="lgbm", features="static", split="by_task", heldout="", seed=str(seed), test_pair_acc=st),
+                 dict(model="ms_xgb", features="static", split="by_task", heldout="", seed=str(seed), test_pair_acc=ms)]
+        if seed < 2:
+            rows.append(dict(model="lgbm", features="profiler", split="by_task", heldout="", seed=str(seed),
+                             test_pair_acc=pr))
+    runs = E.with_random_rows(pd.DataFrame(rows).assign(test_random_pair_acc=0.5))
+    t = E.feature_margins(runs, metrics=("test_pair_acc",), resamples=200).set_index(["model", "features", "reference"])
+    own = t.loc[("lgbm", "profiler", "lgbm/static")]
+    assert own["diff"] == pytest.approx(0.25) and own["won"] == 2 and own["n_runs"] == 2
+    assert 0.2 - 1e-9 <= own["lo"] <= own["hi"] <= 0.3 + 1e-9  # the two runs: +0.2 and +0.3
+    assert t.loc[("lgbm", "static", "ms_xgb/static"), "n_runs"] == 3
+    assert t.loc[("lgbm", "static", "ms_xgb/static"), "diff"] == pytest.approx(0.2 / 3)
+    assert t.loc[("lgbm", "profiler", "ms_xgb/static"), "diff"] == pytest.approx(0.35)
+    assert "random" not in set(t.index.get_level_values("model")) and len(t) == 3
+    # one feature set: nothing to pair
+    assert E.feature_margins(runs[runs["features"] == "static"]).empty

@@ -234,6 +234,11 @@ def margin_report(table: pd.DataFrame) -> pd.DataFrame:
     return wide.reset_index().rename(columns={"model": "model minus"})
 
 
+def feature_report(table: pd.DataFrame) -> pd.DataFrame:
+    return margin_report(table.assign(features=table["split"] + " " + table["features"])).rename(
+        columns={"features": "split, features"})
+
+
 def interval_report(table: pd.DataFrame) -> pd.DataFrame:
     text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
     return table.assign(**{f"top-1 minus {E.REFERENCE}": text})[
@@ -295,7 +300,7 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     paths = {ext: reports / f"{report_name(cfg)}.{ext}" for ext in ("csv", "md", "png")}
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
         ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"),
-        ("margins", "csv"), ("per_task", "csv"))})
+        ("margins", "csv"), ("per_task", "csv"), ("features", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
     if cfg.compare.get("against"):
         paths["against"] = reports / f"{report_name(cfg, 'against')}.csv"
@@ -345,6 +350,13 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                  f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
                  f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
                  f"{select} margin holds 0 is not resolved by validation.\n", to_markdown(margin_report(margins))]
+    features = tables.get("features")
+    if features is not None and len(features):
+        text += ["## Feature sets, paired over runs\n",
+                 f"Per split, each model on a feature set minus the same model on static features, then each minus "
+                 f"{E.REFERENCE} (its own static features): the mean over the runs both have (same held-out part and "
+                 f"seed, so the same test records) of the difference, a {E.LEVEL:.0%} bootstrap interval over those "
+                 f"runs, and the runs won.\n", to_markdown(feature_report(features))]
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
@@ -389,7 +401,8 @@ def run(cfg) -> dict:
     tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
     frame = E.with_random_rows(frame)
     tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), **heldout_task_tables(ws, runs),
-                  margins=E.paired_over_runs(frame, select, model_pairs(cfg, set(frame["model"]))))
+                  margins=E.paired_over_runs(frame, select, model_pairs(cfg, set(frame["model"]))),
+                  features=E.feature_margins(frame))
     if cfg.compare.get("against"):
         tables["against"] = against_intervals(cfg, ws, store, runs)
     for k, df in tables.items():
@@ -397,7 +410,7 @@ def run(cfg) -> dict:
     heldout, splits = tables["heldout"], tables["splits"]
     paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables, validation_networks(runs)))
     files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "margins",
-                                "per_task", "against")
+                                "per_task", "features", "against")
              if k in paths]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
