@@ -179,9 +179,15 @@ class MSXGBModel(CostModel):
         model.extractor = StoredFeatures()
         try:
             for tid, g in frame.groupby("task_id", sort=True):
-                ctx, cands = self._placeholders(tid, len(g))
-                model.extractor.pending = per_record(table.stores, table.offsets, g.index)
-                out[g.index.to_numpy()] = model.predict(ctx, cands)
+                # A record without store rows scores 0, the sum over none of its stores: XGBModel's
+                # pack-sum fails on a batch holding one (its record ids come out as floats).
+                rows = per_record(table.stores, table.offsets, g.index)
+                some = np.array([len(x) > 0 for x in rows])
+                if not some.any():
+                    continue
+                ctx, cands = self._placeholders(tid, int(some.sum()))
+                model.extractor.pending = [x for x, keep in zip(rows, some) if keep]
+                out[g.index.to_numpy()[some]] = model.predict(ctx, cands)
         finally:
             model.extractor = ms.feature_extractor.PerStoreFeature()
         return out

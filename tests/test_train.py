@@ -374,3 +374,12 @@ def test_ms_xgb_on_stored_features_predicts_as_on_replayed_schedules(collected_w
     np.testing.assert_array_equal(stored.predict(test), replayed.predict(bare["test"]))
     assert not np.allclose(stored.predict(test), stored.predict(test)[0])  # a real ranking, not a constant
     assert not isinstance(stored.ms_model._inst.extractor, StoredFeatures)
+    # a record without store rows (a constant fill has none) scores 0, the sum over no stores,
+    # and its task's other records score as before: XGBModel's own pack-sum fails on such a batch
+    empty = test.offsets.copy()
+    first = 0  # the first test record's rows removed
+    cut = empty[first + 1] - empty[first]
+    gone = dataclasses.replace(test, stores=test.stores[cut:], offsets=np.r_[0, empty[first + 1:] - cut])
+    scores = stored.predict(gone)
+    assert scores[first] == 0.0
+    np.testing.assert_allclose(scores[first + 1:], stored.predict(test)[first + 1:], rtol=1e-6)
