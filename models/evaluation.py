@@ -131,6 +131,32 @@ def ablation_table(heldout: pd.DataFrame, select: str, reference: str | None = "
 RUN_METRICS = ("val_top1_score", "val_pair_acc", "test_top1_score", "test_pair_acc")
 
 
+def _bootstrap(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
+    q = [(1 - level) / 2, 1 - (1 - level) / 2]
+    boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
+    lo, hi = np.quantile(boot, q)
+    return float(lo), float(hi)
+
+
+def _paired(g: pd.DataFrame, column: str, todo: list[tuple[str, str]], metrics, resamples: int, level: float,
+            seed: int) -> list[dict]:
+    """For each (a, b) of `todo`, values of `column`, and each metric: a minus b over the runs
+    both have (same held-out part and seed), its mean, bootstrap interval and runs won."""
+    rows = []
+    for metric in (m for m in metrics if m in g.columns):
+        wide = g.pivot_table(index=["heldout", "seed"], columns=column, values=metric)
+        for a, b in todo:
+            if a not in wide.columns or b not in wide.columns:
+                continue
+            x = (wide[a] - wide[b]).dropna().to_numpy()
+            if not len(x):
+                continue
+            lo, hi = _bootstrap(x, resamples, level, seed)
+            rows.append({"a": a, "b": b, "metric": metric, "diff": float(x.mean()), "lo": lo, "hi": hi,
+                         "won": int((x > 0).sum()), "n_runs": len(x)})
+    return rows
+
+
 def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, str]] = (),
                      metrics: tuple[str, ...] = RUN_METRICS, *, resamples: int = 5000, level: float = LEVEL,
                      seed: int = 0) -> pd.DataFrame:
@@ -152,29 +178,12 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
         candidates = means.drop(REFERENCE, errors="ignore")
         choice = (candidates if len(candidates) else means).idxmax()
         todo = [(choice, m) for m in means.sort_values(ascending=False).index if m != choice] + list(pairs)
-        for metric in (m for m in metrics if m in g.columns):
-            wide = g.pivot_table(index=["heldout", "seed"], columns="model", values=metric)
-            for model, reference in todo:
-                if model not in wide.columns or reference not in wide.columns:
-                    continue
-                x = (wide[model] - wide[reference]).dropna().to_numpy()
-                if not len(x):
-                    continue
-                lo, hi = _bootstrap(x, resamples, level, seed)
-                rows.append({"features": features, "model": model, "reference": reference, "metric": metric,
-                             "diff": float(x.mean()), "lo": lo, "hi": hi, "won": int((x > 0).sum()),
-                             "n_runs": len(x)})
+        rows += [{"features": features, "model": r.pop("a"), "reference": r.pop("b"), **r}
+                 for r in _paired(g, "model", todo, metrics, resamples, level, seed)]
     return pd.DataFrame(rows, columns=["features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"])
 
 
 FEATURE_METRICS = ("test_top1_score", "test_pair_acc", "test_spearman")
-
-
-def _bootstrap(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
-    q = [(1 - level) / 2, 1 - (1 - level) / 2]
-    boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
-    lo, hi = np.quantile(boot, q)
-    return float(lo), float(hi)
 
 
 def feature_margins(frame: pd.DataFrame, metrics: tuple[str, ...] = FEATURE_METRICS, *, base: str = "static",
@@ -194,19 +203,9 @@ def feature_margins(frame: pd.DataFrame, metrics: tuple[str, ...] = FEATURE_METR
         arms = sorted(set(g["arm"]))
         todo = [(a, a.split("/")[0] + "/" + base) for a in arms if not a.endswith("/" + base)]
         todo += [(a, f"{REFERENCE}/{base}") for a in arms if not a.startswith(REFERENCE + "/")]
-        for metric in (m for m in metrics if m in g.columns):
-            wide = g.pivot_table(index=["heldout", "seed"], columns="arm", values=metric)
-            for arm, ref in todo:
-                if arm not in wide.columns or ref not in wide.columns:
-                    continue
-                x = (wide[arm] - wide[ref]).dropna().to_numpy()
-                if not len(x):
-                    continue
-                lo, hi = _bootstrap(x, resamples, level, seed)
-                model, features = arm.split("/")
-                rows.append({"split": split, "model": model, "features": features, "reference": ref,
-                             "metric": metric, "diff": float(x.mean()), "lo": lo, "hi": hi,
-                             "won": int((x > 0).sum()), "n_runs": len(x)})
+        for r in _paired(g, "arm", todo, metrics, resamples, level, seed):
+            model, features = r.pop("a").split("/")
+            rows.append({"split": split, "model": model, "features": features, "reference": r.pop("b"), **r})
     return pd.DataFrame(rows, columns=cols)
 
 
