@@ -307,6 +307,11 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     return paths
 
 
+def _section(title: str, intro: str, table: pd.DataFrame) -> list[str]:
+    """A section of evaluation-<...>.md: its heading, what the table says, the table."""
+    return [f"## {title}\n", intro + "\n", to_markdown(table)]
+
+
 def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                     validated_on: dict[str, list[str]] | None = None) -> str:
     """evaluation-<...>.md: the held-out networks, the paired intervals, the splits, the ablation."""
@@ -345,18 +350,18 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                      columns={f"top-1 minus {E.REFERENCE}": f"top-1 minus trained on {other}"}))]
     margins = tables.get("margins")
     if margins is not None and len(margins):
-        text += ["## Paired over runs\n",
+        text += _section("Paired over runs",
                  f"Per features, the model of the best mean {select} (the choice; never the reference, {E.REFERENCE}) minus every other model, then the "
                  f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
                  f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
-                 f"{select} margin holds 0 is not resolved by validation.\n", to_markdown(margin_report(margins))]
+                 f"{select} margin holds 0 is not resolved by validation.", margin_report(margins))
     features = tables.get("features")
     if features is not None and len(features):
-        text += ["## Feature sets, paired over runs\n",
+        text += _section("Feature sets, paired over runs",
                  f"Per split, each model on a feature set minus the same model on static features, then each minus "
                  f"{E.REFERENCE} (its own static features): the mean over the runs both have (same held-out part and "
                  f"seed, so the same test records) of the difference, a {E.LEVEL:.0%} bootstrap interval over those "
-                 f"runs, and the runs won.\n", to_markdown(feature_report(features))]
+                 f"runs, and the runs won.", feature_report(features))
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):

@@ -184,7 +184,7 @@ def _train(cfg, ws, store: tracking.Store, models: list[dict], feature_sets: lis
                 log.info("model=%s reads its own static features: not trained for features=%s", m["name"], fs)
         if not todo or fs not in tables:
             continue
-        table = tables[fs]
+        table = tables.pop(fs)  # each set's table is let go once its models are trained
         split = _restrict(split_all, table, part_of)
         if len(split.test) == 0 or len(split.train) == 0:
             raise WorkspaceError(
