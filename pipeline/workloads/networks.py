@@ -1773,6 +1773,116 @@ class SuperPoint(nn.Module):
         return torch.where(keep, scores, zeros).squeeze(1), descriptors
 
 
+# ------------------------------------------------------------ LeViT (Graham et al. 2021)
+
+
+class _LinearBN(nn.Module):
+    """LeViT's projection: a linear map without bias, then a batch norm over all tokens."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.linear, self.norm = nn.Linear(cin, cout, bias=False), nn.BatchNorm1d(cout)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return self.norm(y.flatten(0, 1)).reshape_as(y)
+
+
+def _offset_index(size_in: int, stride: int) -> tuple[torch.Tensor, int]:
+    """For every (query, key) pair of a size_in x size_in map whose queries sit on every
+    stride-th row and column: the index of its |dy|, |dx| among the distinct offsets, numbered
+    in the order they are first met; and how many there are (LeViT's attention-bias table)."""
+    size_out = (size_in - 1) // stride + 1
+    offsets, index = {}, []
+    for qy in range(size_out):
+        for qx in range(size_out):
+            for ky in range(size_in):
+                for kx in range(size_in):
+                    index.append(offsets.setdefault((abs(qy * stride - ky), abs(qx * stride - kx)), len(offsets)))
+    return torch.tensor(index).view(size_out ** 2, size_in ** 2), len(offsets)
+
+
+class _LeViTAttention(nn.Module):
+    """Multi-head attention over a size x size map's tokens with a learned bias per head and
+    relative offset, Hardswish before the output projection. With stride 2 the queries come from
+    every other row and column (the map shrinks) and their heads are wider."""
+
+    def __init__(self, dim: int, out: int, heads: int, size: int, key_dim: int = 16, ratio: int = 2,
+                 stride: int = 1):
+        super().__init__()
+        index, offsets = _offset_index(size, stride)
+        self.attention_biases = nn.Parameter(torch.zeros(heads, offsets))
+        self.register_buffer("index", index, persistent=False)
+        self.heads, self.key_dim, self.value_dim, self.size, self.stride = heads, key_dim, ratio * key_dim, size, stride
+        queries = heads * key_dim if stride == 1 else 0
+        self.qkv = _LinearBN(dim, queries + heads * (key_dim + self.value_dim))
+        self.queries = _LinearBN(dim, heads * key_dim) if stride > 1 else None
+        self.projection = _LinearBN(heads * self.value_dim, out)
+
+    def forward(self, x):
+        b, n, dim = x.shape
+        h, k = self.heads, self.key_dim
+        if self.queries is None:
+            q, key, v = self.qkv(x).view(b, n, h, -1).split([k, k, self.value_dim], 3)
+        else:
+            key, v = self.qkv(x).view(b, n, h, -1).split([k, self.value_dim], 3)
+            shrunk = x.view(b, self.size, self.size, dim)[:, ::self.stride, ::self.stride].reshape(b, -1, dim)
+            q = self.queries(shrunk).view(b, shrunk.shape[1], h, k)
+        q, key, v = q.transpose(1, 2), key.transpose(1, 2), v.transpose(1, 2)
+        attn = q @ key.transpose(-2, -1) * k ** -0.5 + self.attention_biases[:, self.index]
+        y = (attn.softmax(-1) @ v).transpose(1, 2).flatten(2)
+        return self.projection(nn.functional.hardswish(y))
+
+
+class _LeViTResidual(nn.Module):
+    """x + f(x), where f is a LeViT attention or MLP (two batch-normalized maps, Hardswish)."""
+
+    def __init__(self, f: nn.Module):
+        super().__init__()
+        self.f = f
+
+    def forward(self, x):
+        return x + self.f(x)
+
+
+def _levit_mlp(dim: int, ratio: int = 2) -> _LeViTResidual:
+    return _LeViTResidual(nn.Sequential(_LinearBN(dim, ratio * dim), nn.Hardswish(), _LinearBN(ratio * dim, dim)))
+
+
+class LeViT(nn.Module):
+    """LeViT-128 at 224x224 (Hugging Face's facebook/levit-128 layout, distillation head kept):
+    four 3x3 stride-2 convolutions with batch norm (Hardswish between) to 128 channels at 14x14,
+    then stages of 4 attention and MLP (2x) residual blocks at 128, 256, 384 channels with 4, 8,
+    12 heads (keys 16, values 32 wide), joined by attention whose queries shrink the map (14 -> 7
+    -> 4; 8 and 16 heads, values 64 wide) and an MLP; every linear map bias-free and
+    batch-normalized; mean over tokens, the two batch-norm + linear classifiers averaged;
+    9,213,936 parameters."""
+
+    def __init__(self, dims=(128, 256, 384), heads=(4, 8, 12), depths=(4, 4, 4), key_dim: int = 16,
+                 size: int = 14, classes: int = 1000):
+        super().__init__()
+        stem, cin = [], 3
+        for cout in (dims[0] // 8, dims[0] // 4, dims[0] // 2, dims[0]):
+            stem += [nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout), nn.Hardswish()]
+            cin = cout
+        self.stem = nn.Sequential(*stem[:-1])
+        blocks = []
+        for i, (dim, h, depth) in enumerate(zip(dims, heads, depths)):
+            for _ in range(depth):
+                blocks += [_LeViTResidual(_LeViTAttention(dim, dim, h, size, key_dim)), _levit_mlp(dim)]
+            if i + 1 < len(dims):
+                blocks.append(_LeViTAttention(dim, dims[i + 1], dim // key_dim, size, key_dim, ratio=4, stride=2))
+                blocks.append(_levit_mlp(dims[i + 1]))
+                size = (size - 1) // 2 + 1
+        self.blocks = nn.Sequential(*blocks)
+        self.classifiers = nn.ModuleList(nn.Sequential(nn.BatchNorm1d(dims[-1]), nn.Linear(dims[-1], classes))
+                                         for _ in range(2))
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x).flatten(2).transpose(1, 2)).mean(1)
+        return (self.classifiers[0](x) + self.classifiers[1](x)) / 2
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1802,7 +1912,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
-            "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint}
+            "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
