@@ -178,6 +178,7 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
         candidates = means.drop(REFERENCE, errors="ignore")
         choice = (candidates if len(candidates) else means).idxmax()
         todo = [(choice, m) for m in means.sort_values(ascending=False).index if m != choice] + list(pairs)
+        todo = list(dict.fromkeys(todo))  # a named pair that is the choice's own is margined once
         rows += [{"features": features, "model": r.pop("a"), "reference": r.pop("b"), **r}
                  for r in _paired(g, "model", todo, metrics, resamples, level, seed)]
     return pd.DataFrame(rows, columns=["features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"])

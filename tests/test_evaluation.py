@@ -193,6 +193,9 @@ def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     out = E.paired_over_runs(ahead, "val_top1_score", metrics=("val_top1_score",), resamples=100)
     assert out[["model", "reference"]].values.tolist() == [["a", "ms_xgb"]]
     assert out["diff"].iloc[0] < 0
+    # naming the choice's own pair in `pairs` margins it once, not twice
+    out = E.paired_over_runs(ahead, "val_top1_score", [("a", "ms_xgb")], metrics=("val_top1_score",), resamples=100)
+    assert out[["model", "reference"]].values.tolist() == [["a", "ms_xgb"]]
 
 
 def test_feature_margins_pair_each_model_with_itself_on_static_and_with_ms_xgb():
