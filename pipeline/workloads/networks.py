@@ -1861,11 +1861,9 @@ class LeViT(nn.Module):
     def __init__(self, dims=(128, 256, 384), heads=(4, 8, 12), depths=(4, 4, 4), key_dim: int = 16,
                  size: int = 14, classes: int = 1000):
         super().__init__()
-        stem, cin = [], 3
-        for cout in (dims[0] // 8, dims[0] // 4, dims[0] // 2, dims[0]):
-            stem += [nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(cout), nn.Hardswish()]
-            cin = cout
-        self.stem = nn.Sequential(*stem[:-1])
+        widths = (3, dims[0] // 8, dims[0] // 4, dims[0] // 2, dims[0])
+        self.stem = nn.Sequential(*(_conv_bn_act(cin, cout, 3, 2, act=nn.Hardswish if cout != dims[0] else nn.Identity)
+                                    for cin, cout in zip(widths, widths[1:])))
         blocks = []
         for i, (dim, h, depth) in enumerate(zip(dims, heads, depths)):
             for _ in range(depth):
