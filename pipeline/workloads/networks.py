@@ -1450,6 +1450,41 @@ class InceptionV3(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
 
 
+# ------------------------------------------------------------ GoogLeNet (Szegedy et al. 2015)
+
+
+def _inception_v1(cin: int, c1: int, c3_reduce: int, c3: int, c5_reduce: int, c5: int, pool: int) -> _InceptionBlock:
+    """GoogLeNet's module: 1x1; 1x1 then 3x3; 1x1 then 3x3 (torchvision's layout, where the
+    paper has 5x5); a 3x3 stride-1 max pool then 1x1."""
+    return _InceptionBlock(_conv_bn_relu(cin, c1, 1),
+                           nn.Sequential(_conv_bn_relu(cin, c3_reduce, 1), _conv_bn_relu(c3_reduce, c3, 3, padding=1)),
+                           nn.Sequential(_conv_bn_relu(cin, c5_reduce, 1), _conv_bn_relu(c5_reduce, c5, 3, padding=1)),
+                           nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), _conv_bn_relu(cin, pool, 1)))
+
+
+class GoogLeNet(nn.Module):
+    """GoogLeNet at 224x224 (torchvision's googlenet layout, without the training-only
+    auxiliary classifiers): a 7x7 stride-2 stem, 1x1 and 3x3 convolutions, nine inception
+    modules of four branches over 28x28, 14x14 and 7x7 maps with ceil-mode max pools
+    between, 1000 classes; 6,624,904 parameters."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.stem = nn.Sequential(_conv_bn_relu(3, 64, 7, 2, 3), pool, _conv_bn_relu(64, 64, 1),
+                                  _conv_bn_relu(64, 192, 3, padding=1), pool)
+        self.blocks = nn.Sequential(
+            _inception_v1(192, 64, 96, 128, 16, 32, 32), _inception_v1(256, 128, 128, 192, 32, 96, 64), pool,
+            _inception_v1(480, 192, 96, 208, 16, 48, 64), _inception_v1(512, 160, 112, 224, 24, 64, 64),
+            _inception_v1(512, 128, 128, 256, 24, 64, 64), _inception_v1(512, 112, 144, 288, 32, 64, 64),
+            _inception_v1(528, 256, 160, 320, 32, 128, 128), nn.MaxPool2d(2, 2, ceil_mode=True),
+            _inception_v1(832, 256, 160, 320, 32, 128, 128), _inception_v1(832, 384, 192, 384, 48, 128, 128))
+        self.fc = nn.Linear(1024, classes)
+
+    def forward(self, x):
+        return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
+
+
 # ------------------------------------------------------------ RegNetY-400MF (Radosavovic et al. 2020)
 
 
@@ -1910,7 +1945,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "yolov5s": YOLOv5s, "x3d_xs": X3D, "swin_t": SwinT,
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
-            "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT}
+            "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
+            "googlenet": GoogLeNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
