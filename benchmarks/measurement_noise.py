@@ -53,7 +53,10 @@ def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed
                 baseline: pd.Series | None) -> dict[str, list[dict]]:
     """task name -> jobs of `n_records` measured kernels (with a `baseline` label too, when
     given), for `n_tasks` tasks drawn with `seed`."""
+    tasks = ws.read("tasks", require=True)
+    # rows of tasks outside the workspace's task table (a selection rebuilt with force=true) are not its
     meas = successful_measurements(ws)
+    meas = meas[meas["task_id"].isin(set(tasks["task_id"]))]
     if baseline is not None:
         meas = meas[meas["record_id"].isin(set(baseline.index))]
     kernels = ws.read("kernels")
@@ -65,7 +68,7 @@ def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed
                          f"lower --records or raise --max-ms")
     rng = np.random.default_rng(seed)
     chosen = rng.choice(np.array(sorted(eligible), dtype=object), size=min(n_tasks, len(eligible)), replace=False)
-    names = ws.read("tasks").set_index("task_id")["name"]
+    names = tasks.set_index("task_id")["name"]
     stored = meas.drop_duplicates("record_id", keep="last").set_index("record_id")["mean_s"]
     picked = pd.concat(kernels[kernels["task_id"] == tid].sample(n=n_records, random_state=seed) for tid in chosen)
     out: dict[str, list[dict]] = {}

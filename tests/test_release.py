@@ -237,6 +237,27 @@ def test_unknown_release_names_the_known_ones(released, tmp_path):
                             f"paths.data={tmp_path}"])
 
 
+def test_a_workspace_rebuilt_for_another_selection_releases_only_its_own_tasks(collected_workspace, tmp_path):
+    """stage=tasks force=true with fewer operators keeps the earlier selection's records in
+    the workspace; the release holds only the tasks of its task table, and says so."""
+    from conftest import copy_workspace
+
+    root, over = copy_workspace(*collected_workspace, tmp_path / "data")
+    over = [o for o in over if not o.startswith("dataset.ops=")]
+    before = set(Workspace(root).read("candidates")["task_id"])
+    run_stage("tasks", [*over, "dataset.ops=[GMM,SFM]", "force=true"])
+    kept = set(Workspace(root).read("tasks")["task_id"])
+    assert kept < before and set(Workspace(root).read("candidates")["task_id"]) == before
+    out = run_stage("release", [*over, "dataset.ops=[GMM,SFM]", f"paths.releases={tmp_path / 'rel'}"])
+    folder = tmp_path / "rel" / out["release"]
+    manifest = R.verify(folder)
+    for name in ("tasks", "candidates", "kernels", "measurements"):
+        assert set(pq.read_table(folder / R.TABLES_DIR / f"{name}.parquet")["task_id"].to_pylist()) == kept, name
+    assert manifest["counts"]["tasks"] == len(kept)
+    released = pq.read_table(folder / R.TABLES_DIR / "candidates.parquet")["record_id"].to_pylist()
+    assert manifest["counts"]["records"] == len(set(released)) > 0
+
+
 def test_a_release_is_written_whole_or_not_at_all(collected_workspace, tmp_path, monkeypatch):
     root, over = collected_workspace
     calls = []

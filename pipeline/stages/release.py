@@ -118,10 +118,11 @@ def release_root(cfg) -> Path:
     return Path(str(cfg.paths.releases)).expanduser().resolve()
 
 
-def extension_of(cfg, ws: Workspace, info: dict) -> tuple[dict, frozenset[str]]:
+def extension_of(cfg, ws: Workspace, info: dict,
+                 outside: frozenset[str] = frozenset()) -> tuple[dict, frozenset[str]]:
     """The manifest's information for a release that extends the one `release.extends`
     names (pipeline/core/release.py `chain`), and the tasks to leave out: those the base and
-    every release under it hold. The new release goes on under the base's dataset name; its
+    every release under it hold, and `outside` (`outside_tasks`). The new release goes on under the base's dataset name; its
     manifest names the base, pinned by the sha256 of its manifest, with the totals of both.
     Refused when the base's labels were taken otherwise (target, machine, repeats, calls,
     cache flush: labels that do not rank together) or when it holds every task here."""
@@ -139,7 +140,7 @@ def extension_of(cfg, ws: Workspace, info: dict) -> tuple[dict, frozenset[str]]:
         raise R.ReleaseError(f"release.extends={cfg.release.extends}: {where} was made otherwise "
                              f"({'; '.join(differ)}): labels taken otherwise do not rank together; release this "
                              f"workspace on its own (without release.extends)")
-    drop = frozenset().union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
+    drop = outside.union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
                                .to_pylist() for f, _ in parts))
     if released_rows(ws, "tasks", drop).empty:
         raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
@@ -152,11 +153,20 @@ def extension_of(cfg, ws: Workspace, info: dict) -> tuple[dict, frozenset[str]]:
     return {**info, "dataset": str(base["dataset"]), "extends": extends}, drop
 
 
+def outside_tasks(ws: Workspace) -> frozenset[str]:
+    """Tasks with candidates in the workspace but not in its task table: an earlier
+    selection's, whose records `stage=tasks force=true` keeps when it rebuilds the workspace
+    for another. No release of this selection holds them."""
+    known = set(ws.read("tasks", require=True, columns=["task_id"])["task_id"])
+    return frozenset(set(ws.read("candidates", columns=["task_id"])["task_id"]) - known)
+
+
 def pack_dataset(cfg, ws: Workspace) -> dict:
-    info, drop = dataset_info(cfg, ws), frozenset()
+    outside = outside_tasks(ws)
+    info, drop = dataset_info(cfg, ws, outside), outside
     version = int(cfg.release.version)
     if cfg.release.get("extends"):
-        info, drop = extension_of(cfg, ws, info)
+        info, drop = extension_of(cfg, ws, info, outside)
         base_version = R.version_of(info["extends"]["name"])
         if base_version is None and not cfg.release.get("name"):
             raise R.ReleaseError(f"release.extends={cfg.release.extends}: its name ends with no -v<version> to count "
