@@ -54,9 +54,7 @@ def sample_jobs(ws: Workspace, n_tasks: int, n_records: int, max_ms: float, seed
     """task name -> jobs of `n_records` measured kernels (with a `baseline` label too, when
     given), for `n_tasks` tasks drawn with `seed`."""
     tasks = ws.read("tasks", require=True)
-    # rows of tasks outside the workspace's task table (a selection rebuilt with force=true) are not its
     meas = successful_measurements(ws)
-    meas = meas[meas["task_id"].isin(set(tasks["task_id"]))]
     if baseline is not None:
         meas = meas[meas["record_id"].isin(set(baseline.index))]
     kernels = ws.read("kernels")

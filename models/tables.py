@@ -153,6 +153,12 @@ def successful_measurements(ws: Workspace, *, allow_mixed_hardware: bool = False
     meas = read_table(ws.require(ws.measurements, "measure"), S.MEASUREMENTS)
     if meas.empty:
         raise WorkspaceError(f"{ws.measurements} has no rows: run `python -m pipeline stage=measure` first.")
+    # an earlier selection's records (kept when stage=tasks force=true rebuilt the task table) are not this one's
+    tasks = read_table(ws.require(ws.tasks, "tasks"), S.TASKS, columns=["task_id"])
+    meas = meas[meas["task_id"].isin(set(tasks["task_id"]))]
+    if meas.empty:
+        raise WorkspaceError(f"{ws.measurements}: no row is of a task in {ws.tasks} (the task table was rebuilt for "
+                             f"another selection): run `python -m pipeline stage=sample`, replay and measure for it.")
     good = meas[usable_rows(meas)]
     if good.empty:
         errs = meas["error"].dropna()

@@ -239,7 +239,7 @@ def test_unknown_release_names_the_known_ones(released, tmp_path):
 
 def test_a_workspace_rebuilt_for_another_selection_releases_only_its_own_tasks(collected_workspace, tmp_path):
     """stage=tasks force=true with fewer operators keeps the earlier selection's records in
-    the workspace; the release holds only the tasks of its task table, and says so."""
+    the workspace; training tables and the release hold only the tasks of its task table."""
     from conftest import copy_workspace
 
     root, over = copy_workspace(*collected_workspace, tmp_path / "data")
@@ -248,6 +248,7 @@ def test_a_workspace_rebuilt_for_another_selection_releases_only_its_own_tasks(c
     run_stage("tasks", [*over, "dataset.ops=[GMM,SFM]", "force=true"])
     kept = set(Workspace(root).read("tasks")["task_id"])
     assert kept < before and set(Workspace(root).read("candidates")["task_id"]) == before
+    assert set(build_table(Workspace(root), "static").frame["task_id"]) == kept  # what models train on
     out = run_stage("release", [*over, "dataset.ops=[GMM,SFM]", f"paths.releases={tmp_path / 'rel'}"])
     folder = tmp_path / "rel" / out["release"]
     manifest = R.verify(folder)
