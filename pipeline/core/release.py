@@ -332,9 +332,9 @@ def pack_dataset(ws: Workspace, dest: Path, *, info: dict, card, force: bool = F
     `info` goes into the manifest as it is (selection, target, hardware, timing, versions,
     commands); `record_lines` are the tuning-record lines (one database, all shards);
     `card(manifest) -> str` writes the card from the finished manifest. `drop_tasks` are
-    left out (the tasks of the release this one extends, and of an earlier selection): every row of theirs but a
-    network's list of its tasks, their workloads and records; the workload indices of
-    the tasks kept are renumbered in order."""
+    left out (the tasks of the release this one extends, and of an earlier selection):
+    every row of theirs but a network's list of its tasks, their workloads and records;
+    the workload indices of the tasks kept are renumbered in order."""
     tmp = staging(dest)
     try:
         tables, rows = tmp / TABLES_DIR, {}

@@ -122,8 +122,9 @@ def extension_of(cfg, ws: Workspace, info: dict,
                  outside: frozenset[str] = frozenset()) -> tuple[dict, frozenset[str]]:
     """The manifest's information for a release that extends the one `release.extends`
     names (pipeline/core/release.py `chain`), and the tasks to leave out: those the base and
-    every release under it hold, and `outside` (`outside_tasks`). The new release goes on under the base's dataset name; its
-    manifest names the base, pinned by the sha256 of its manifest, with the totals of both.
+    every release under it hold, and `outside` (`outside_tasks`). The new release goes on
+    under the base's dataset name; its manifest names the base, pinned by the sha256 of
+    its manifest, with the totals of both.
     Refused when the base's labels were taken otherwise (target, machine, repeats, calls,
     cache flush: labels that do not rank together) or when it holds every task here."""
     folder = R.find(str(cfg.release.extends), R.search_path(release_root(cfg)))
@@ -141,7 +142,7 @@ def extension_of(cfg, ws: Workspace, info: dict,
                              f"({'; '.join(differ)}): labels taken otherwise do not rank together; release this "
                              f"workspace on its own (without release.extends)")
     drop = outside.union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
-                               .to_pylist() for f, _ in parts))
+                           .to_pylist() for f, _ in parts))
     if released_rows(ws, "tasks", drop).empty:
         raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
                              f"release")
