@@ -115,15 +115,17 @@ def _conv_bn_act(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1,
 
 
 class InvertedResidual(nn.Module):
-    """1x1 expansion, 3x3 depthwise carrying the stride, 1x1 projection; the shortcut only
-    where the shape is kept. ReLU6 in MobileNet-V2, SiLU in MobileViT."""
+    """1x1 expansion, k x k depthwise carrying the stride (3x3 but in MNASNet), 1x1
+    projection; the shortcut only where the shape is kept. ReLU6 in MobileNet-V2, SiLU in
+    MobileViT, ReLU in MNASNet."""
 
-    def __init__(self, cin: int, cout: int, stride: int, expand: int, act: type[nn.Module] = nn.ReLU6):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, act: type[nn.Module] = nn.ReLU6,
+                 kernel: int = 3):
         super().__init__()
         hidden = cin * expand
         layers = [] if expand == 1 else [_conv_bn_act(cin, hidden, 1, act=act)]
         layers += [
-            _conv_bn_act(hidden, hidden, 3, stride, groups=hidden, act=act),
+            _conv_bn_act(hidden, hidden, kernel, stride, groups=hidden, act=act),
             nn.Conv2d(hidden, cout, 1, bias=False),
             nn.BatchNorm2d(cout),
         ]
@@ -1916,6 +1918,35 @@ class LeViT(nn.Module):
         return (self.classifiers[0](x) + self.classifiers[1](x)) / 2
 
 
+# ------------------------------------------------------------------- MNASNet (Tan et al. 2019)
+
+
+class MNASNet(nn.Module):
+    """MNASNet-B1 at width 0.5 and 224x224 (torchvision's mnasnet0_5 layout): a 3x3 stride-2
+    stem to 16 channels and a depthwise separable convolution to 8, then six stacks of
+    inverted residuals (ReLU, expansion 3 or 6, 3x3 or 5x5 depthwise) to 16/24/40/48/96/160
+    channels, a 1x1 convolution to 1280, 1000 classes; 2,218,512 parameters."""
+
+    # (channels, depthwise kernel, first stride, expansion, repeats) of the six stacks
+    STACKS = [(16, 3, 2, 3, 3), (24, 5, 2, 3, 3), (40, 5, 2, 6, 3), (48, 3, 1, 6, 2), (96, 5, 2, 6, 4),
+              (160, 3, 1, 6, 1)]
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers, cin = [_conv_bn_act(3, 16, 3, 2, act=nn.ReLU), _conv_bn_act(16, 16, 3, groups=16, act=nn.ReLU),
+                       nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8)], 8
+        for cout, kernel, stride, expand, repeats in self.STACKS:
+            for i in range(repeats):
+                layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand, nn.ReLU, kernel))
+                cin = cout
+        layers.append(_conv_bn_act(cin, 1280, 1, act=nn.ReLU))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(1280, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x).mean(dim=(2, 3)))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1946,7 +1977,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
-            "googlenet": GoogLeNet}
+            "googlenet": GoogLeNet, "mnasnet": MNASNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
