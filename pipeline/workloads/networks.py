@@ -1933,11 +1933,10 @@ class MNASNet(nn.Module):
 
     def __init__(self, classes: int = 1000):
         super().__init__()
-        layers, cin = [_conv_bn_act(3, 16, 3, 2, act=nn.ReLU), _conv_bn_act(16, 16, 3, groups=16, act=nn.ReLU),
-                       nn.Conv2d(16, 8, 1, bias=False), nn.BatchNorm2d(8)], 8
+        layers, cin = [_conv_bn_act(3, 16, 3, 2, act=nn.ReLU), InvertedResidual(16, 8, 1, 1, act=nn.ReLU)], 8
         for cout, kernel, stride, expand, repeats in self.STACKS:
             for i in range(repeats):
-                layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand, nn.ReLU, kernel))
+                layers.append(InvertedResidual(cin, cout, stride if i == 0 else 1, expand, act=nn.ReLU, kernel=kernel))
                 cin = cout
         layers.append(_conv_bn_act(cin, 1280, 1, act=nn.ReLU))
         self.features = nn.Sequential(*layers)
