@@ -1946,6 +1946,28 @@ class MNASNet(nn.Module):
         return self.classifier(self.features(x).mean(dim=(2, 3)))
 
 
+class AlexNet(nn.Module):
+    """AlexNet at 224x224 (torchvision's one-tower layout): five convolutions (11x11 stride 4,
+    5x5, three 3x3; 64/192/384/256/256 channels) with ReLU and three 3x3 stride-2 max pools,
+    then three fully connected layers (9216 to 4096 to 4096 to 1000); 61,100,840 parameters,
+    nine in ten of them in the first two fully connected layers."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 64, 11, 4, 2), nn.ReLU(), nn.MaxPool2d(3, 2),
+            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(), nn.MaxPool2d(3, 2),
+            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(), nn.MaxPool2d(3, 2))
+        self.classifier = nn.Sequential(
+            nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(),
+            nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x).flatten(1))
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -1976,7 +1998,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
-            "googlenet": GoogLeNet, "mnasnet": MNASNet}
+            "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
