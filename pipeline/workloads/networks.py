@@ -1487,21 +1487,23 @@ class GoogLeNet(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean(dim=(2, 3)))
 
 
-# ------------------------------------------------------------ RegNetY-400MF (Radosavovic et al. 2020)
+# ------------------------------------------------------------ RegNet-X/Y-400MF (Radosavovic et al. 2020)
 
 
-class _RegNetYBlock(nn.Module):
-    """RegNet's Y block: 1x1, a 3x3 group convolution (groups of 8 channels) carrying the
-    stride, squeeze-and-excitation (ReLU, sigmoid, a quarter of the block's input channels),
-    1x1 without activation, then the (projected) shortcut and ReLU."""
+class _RegNetBlock(nn.Module):
+    """RegNet's X and Y blocks: 1x1, a 3x3 group convolution (groups of `group_width`
+    channels) carrying the stride, in Y squeeze-and-excitation (ReLU, sigmoid, a quarter of
+    the block's input channels), 1x1 without activation, then the (projected) shortcut and
+    ReLU."""
 
-    def __init__(self, cin: int, cout: int, stride: int, group_width: int = 8):
+    def __init__(self, cin: int, cout: int, stride: int, group_width: int = 8, se: bool = True):
         super().__init__()
-        self.f = nn.Sequential(nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
-                               nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width, bias=False),
-                               nn.BatchNorm2d(cout), nn.ReLU(),
-                               SqueezeExcite(cout, round(cin / 4), nn.ReLU, nn.Sigmoid),
-                               nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        layers = [nn.Conv2d(cin, cout, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
+                  nn.Conv2d(cout, cout, 3, stride, 1, groups=cout // group_width, bias=False),
+                  nn.BatchNorm2d(cout), nn.ReLU()]
+        if se:
+            layers.append(SqueezeExcite(cout, round(cin / 4), nn.ReLU, nn.Sigmoid))
+        self.f = nn.Sequential(*layers, nn.Conv2d(cout, cout, 1, bias=False), nn.BatchNorm2d(cout))
         self.shortcut = _downsample(cin, cout, stride)
 
     def forward(self, x):
@@ -1513,7 +1515,8 @@ class RegNetY400MF(nn.Module):
     32 channels, four stages of 1/3/6/6 Y blocks at widths 48/104/208/440 (each stage's first
     block halves the map), 1000 classes; 4,344,144 parameters."""
 
-    STAGES = [(48, 1), (104, 3), (208, 6), (440, 6)]
+    # (width, blocks) of the four stages; channels per group; squeeze-and-excitation or not
+    STAGES, GROUP_WIDTH, SE = [(48, 1), (104, 3), (208, 6), (440, 6)], 8, True
 
     def __init__(self, size: int = 224, classes: int = 1000):
         super().__init__()
@@ -1521,13 +1524,21 @@ class RegNetY400MF(nn.Module):
         layers, cin = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()], 32
         for width, depth in self.STAGES:
             for i in range(depth):
-                layers.append(_RegNetYBlock(cin, width, 2 if i == 0 else 1))
+                layers.append(_RegNetBlock(cin, width, 2 if i == 0 else 1, self.GROUP_WIDTH, self.SE))
                 cin = width
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(cin, classes)
 
     def forward(self, x):
         return self.fc(self.features(x).mean(dim=(2, 3)))
+
+
+class RegNetX400MF(RegNetY400MF):
+    """RegNetX-400MF at 224x224 (torchvision's regnet_x_400mf layout): the same stem, four
+    stages of 1/2/7/12 X blocks (no squeeze-and-excitation; groups of 16 channels) at widths
+    32/64/160/400, 1000 classes; 5,495,976 parameters."""
+
+    STAGES, GROUP_WIDTH, SE = [(32, 1), (64, 2), (160, 7), (400, 12)], 16, False
 
 
 # ------------------------------------------------------ MobileViT-XS (Mehta and Rastegari 2022)
@@ -1998,7 +2009,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "densenet121": DenseNet121, "inception_v3": InceptionV3, "regnet_y_400mf": RegNetY400MF,
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
-            "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet}
+            "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
+            "regnet_x_400mf": RegNetX400MF}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
