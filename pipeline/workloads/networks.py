@@ -1510,13 +1510,14 @@ class _RegNetBlock(nn.Module):
         return torch.relu(self.shortcut(x) + self.f(x))
 
 
-class RegNetY400MF(nn.Module):
-    """RegNetY-400MF at 224x224 (torchvision's regnet_y_400mf layout): a 3x3 stride-2 stem to
-    32 channels, four stages of 1/3/6/6 Y blocks at widths 48/104/208/440 (each stage's first
-    block halves the map), 1000 classes; 4,344,144 parameters."""
+class _RegNet(nn.Module):
+    """A RegNet at 224x224 in torchvision's layout: a 3x3 stride-2 stem to 32 channels, four
+    stages of blocks (each stage's first halves the map), a global mean, 1000 classes."""
 
     # (width, blocks) of the four stages; channels per group; squeeze-and-excitation or not
-    STAGES, GROUP_WIDTH, SE = [(48, 1), (104, 3), (208, 6), (440, 6)], 8, True
+    STAGES: list[tuple[int, int]]
+    GROUP_WIDTH: int
+    SE: bool
 
     def __init__(self, size: int = 224, classes: int = 1000):
         super().__init__()
@@ -1533,10 +1534,17 @@ class RegNetY400MF(nn.Module):
         return self.fc(self.features(x).mean(dim=(2, 3)))
 
 
-class RegNetX400MF(RegNetY400MF):
-    """RegNetX-400MF at 224x224 (torchvision's regnet_x_400mf layout): the same stem, four
-    stages of 1/2/7/12 X blocks (no squeeze-and-excitation; groups of 16 channels) at widths
-    32/64/160/400, 1000 classes; 5,495,976 parameters."""
+class RegNetY400MF(_RegNet):
+    """RegNetY-400MF (torchvision's regnet_y_400mf): stages of 1/3/6/6 Y blocks (groups of 8
+    channels) at widths 48/104/208/440; 4,344,144 parameters."""
+
+    STAGES, GROUP_WIDTH, SE = [(48, 1), (104, 3), (208, 6), (440, 6)], 8, True
+
+
+class RegNetX400MF(_RegNet):
+    """RegNetX-400MF (torchvision's regnet_x_400mf): stages of 1/2/7/12 X blocks (no
+    squeeze-and-excitation; groups of 16 channels) at widths 32/64/160/400; 5,495,976
+    parameters."""
 
     STAGES, GROUP_WIDTH, SE = [(32, 1), (64, 2), (160, 7), (400, 12)], 16, False
 
