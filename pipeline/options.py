@@ -115,6 +115,7 @@ def measure_settings(cfg, *, results_of: str = "measure") -> MeasureSettings:
     return MeasureSettings(device=device_kind(cfg), number=int(m.number), repeat=int(m.repeat),
                            min_repeat_ms=int(m.min_repeat_ms), rtol=float(m.rtol), atol=float(m.atol),
                            cache_flush=bool(m.cache_flush), rounds=int(m.rounds), timeout_s=float(m.timeout_s),
+                           settle_s=float(m.settle_s), settle_load=float(m.settle_load),
                            batch_size=int(m.batch_size), bundle_runtime=bool(m.bundle_runtime), results=results,
                            shard_index=int(cfg.shard.index), shard_count=int(cfg.shard.count), force=bool(cfg.force),
                            device_name=str(cfg.target.device), check_per_task=int(m.check_per_task),

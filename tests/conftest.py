@@ -15,6 +15,10 @@ import pytest
 from pipeline.config import run_stage
 from pipeline.options import workspace_of
 
+# Tests time kernels on a busy host by design: stage=measure does not wait for it to quieten
+# (measure.settle_s; tests/test_stages.py checks the wait itself).
+os.environ["PIPELINE_MEASURE_SETTLE_S"] = "0"
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = ROOT.parent / "shared" / "fixtures"
 

@@ -148,6 +148,13 @@ def test_the_timer_flushes_the_cpu_cache_unless_told_not_to_and_says_where_it_ra
     assert on["hardware"] == f"{on['cpu_model']}, {os.cpu_count()} CPUs" == harness.host_identity("cpu")["hardware"]
 
 
+def test_settle_waits_for_a_quiet_host_at_most_its_limit():
+    load, waited = harness.settle(below=1e9, limit_s=60)
+    assert load is not None and load >= 0 and waited < 1  # quiet enough: no wait
+    load, waited = harness.settle(below=-1, limit_s=0.5, poll_s=0.2)  # never quiet: the limit
+    assert load > -1 and 0.5 <= waited < 5
+
+
 def test_the_gpu_that_cuda_calls_device_0_is_the_one_named():
     gpus = [dict(index="0", uuid="GPU-aaaa", name="NVIDIA A", driver_version="550.1"),
             dict(index="1", uuid="GPU-bbbb", name="NVIDIA B", driver_version="550.1")]

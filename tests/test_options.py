@@ -55,7 +55,8 @@ def test_tracking_store_names_and_the_selection_metric(tmp_path):
     assert not (tmp_path / "m.db").exists()  # nothing is opened until a run is logged
 
 
-def test_measure_settings_and_their_defaults():
+def test_measure_settings_and_their_defaults(monkeypatch):
+    monkeypatch.delenv("PIPELINE_MEASURE_SETTLE_S")  # the suite's own (tests/conftest.py): the file's default
     default = options.measure_settings(compose([]))
     assert default == MeasureSettings(results=[], shard_index=0, shard_count=1), (
         "MeasureSettings' defaults differ from conf/measure/default.yaml")
@@ -64,6 +65,8 @@ def test_measure_settings_and_their_defaults():
     assert (s.device, s.rounds, s.results, s.force) == ("cuda", 3, ["a.jsonl", "b"], True)
     assert s.timer_options()["cache_flush"] == 0 and s.harness_options()["rounds"] == 3
     assert options.measure_settings(compose(["measure.results=one.jsonl"])).results == ["one.jsonl"]
+    monkeypatch.setenv("PIPELINE_MEASURE_SETTLE_S", "7")
+    assert options.measure_settings(compose([])).settle_s == 7.0
     row = options.measure_settings(compose(["measure.check_per_task=5", "target=h100"]))
     assert (row.device_name, row.check_per_task, row.force, row.results_option) == ("h100", 5, False,
                                                                                      "measure.results")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -224,3 +226,17 @@ def test_measure_in_rounds_labels_each_kernel_with_its_best_round(measured_works
     secs = {r.record_id(task_of[r.workload_index]): r.run_secs for r in D.read_record_lines([ws.db_tuning_record])[0]}
     assert all(secs[rid] == list(ok.loc[rid, "run_secs"]) for rid in ok.index)
     assert not list((root / "runner").glob("results*.jsonl")), "the rounds' events outlived their rows"
+
+
+def test_measure_waits_for_a_quiet_host_then_times_with_a_warning(measured_workspace, caplog):
+    root, over = measured_workspace
+    start = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="pipeline.runner.modes"):
+        assert run_stage("measure", [*over, "measure.settle_s=1", "measure.settle_load=-1"])["measured"] == 0
+    assert time.monotonic() - start >= 1
+    assert "before timing, at most 1 s (measure.settle_s)" in caplog.text
+    assert "after 1 s: other processes share the cores" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pipeline.runner.modes"):
+        run_stage("measure", [*over, "measure.settle_s=600", "measure.settle_load=1000"])
+    assert "measure.settle_s" not in caplog.text  # quiet already: no wait

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -67,6 +68,8 @@ class MeasureSettings:
     cache_flush: bool = True
     rounds: int = 1
     timeout_s: float = 30.0
+    settle_s: float = 120.0  # wait at most this long for a quiet host before timing here
+    settle_load: float = 0.5  # quiet: a 1-minute load average at most this x the CPU count
     batch_size: int = 64
     bundle_runtime: bool = True
     results: list[str] = field(default_factory=list)
@@ -134,11 +137,30 @@ class Local(Mode):
                        else f"runner/results-{s.shard_index}-of-{s.shard_count}.jsonl")
 
     def prepare(self) -> None:
-        """Measuring here: check for the device; force=true forgets the events of an earlier run."""
+        """Measuring here: check for the device, wait for a quiet host (`settle`); force=true
+        forgets the events of an earlier run."""
         if self.executor.runs_here:
             ensure_device(self.device)
             if self.settings.force:
                 self.forget_events()
+            self.settle()
+
+    def settle(self) -> None:
+        """Wait (at most `settle_s`) until the load average falls to `settle_load` x the CPU
+        count, so that the first kernels are not timed against what ran just before."""
+        s, cpus = self.settings, os.cpu_count() or 1
+        below, load = float(s.settle_load) * cpus, harness.load_average()
+        if s.settle_s <= 0 or load is None or load <= below:
+            return
+        log.info("waiting for the 1-minute load average (%.2f) to fall to %.2f (measure.settle_load x %d CPUs) "
+                 "before timing, at most %.0f s (measure.settle_s)", load, below, cpus, s.settle_s)
+        load, waited = harness.settle(below, float(s.settle_s))
+        if load is not None and load > below:
+            log.warning("the load average is still %.2f after %.0f s: other processes share the cores, and the "
+                        "kernels timed now carry them (`load_avg` column). Stop them, or raise measure.settle_s",
+                        load, waited)
+        else:
+            log.info("the load average fell to %.2f after %.0f s", load, waited)
 
     def forget_events(self) -> None:
         """Delete the harness's events files (the written rows hold their results)."""

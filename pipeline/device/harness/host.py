@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import subprocess
+import time
 
 
 # The columns that say where a kernel ran, in every `done` event and every measurement and
@@ -91,6 +92,19 @@ def load_average() -> float | None:
         return float(os.getloadavg()[0])
     except (AttributeError, OSError):
         return None
+
+
+def settle(below: float, limit_s: float, poll_s: float = 5.0) -> tuple[float | None, float]:
+    """Wait until the 1-minute load average is at most `below`, or `limit_s` seconds have
+    passed: what ran just before (a build's compiler processes, another job) still weighs on
+    the cores when timing begins, and the first kernels' times would carry it. Returns the
+    last load read (None where the OS has none: nothing to wait for) and the seconds waited."""
+    start = time.monotonic()
+    while True:
+        load, waited = load_average(), time.monotonic() - start
+        if load is None or load <= below or waited >= limit_s:
+            return load, waited
+        time.sleep(max(0.0, min(poll_s, limit_s - waited)))
 
 
 def timed_busy(row: dict) -> bool:
