@@ -1987,6 +1987,60 @@ class AlexNet(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
+# ------------------------------------------------------------------ PointNet (Qi et al. 2017)
+
+
+def _shared_mlp(*widths: int, last_relu: bool = True) -> nn.Sequential:
+    """The same small MLP on every point: 1x1 Conv1d + BatchNorm (+ ReLU) over the point axis."""
+    layers = []
+    for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
+        layers += [nn.Conv1d(cin, cout, 1), nn.BatchNorm1d(cout)]
+        layers += [nn.ReLU()] if last_relu or i < len(widths) - 2 else []
+    return nn.Sequential(*layers)
+
+
+def _point_head(outputs: int) -> nn.Sequential:
+    """Fully connected 1024-512-256 (BatchNorm, ReLU; dropout before the second norm, as
+    trained), then `outputs`."""
+    return nn.Sequential(nn.Linear(1024, 512), nn.BatchNorm1d(512), nn.ReLU(), nn.Linear(512, 256),
+                         nn.Dropout(0.3), nn.BatchNorm1d(256), nn.ReLU(), nn.Linear(256, outputs))
+
+
+class _TNet(nn.Module):
+    """A k x k transform predicted from the points themselves (shared MLP k-64-128-1024, max over
+    the points, the fully connected head), added to the identity."""
+
+    def __init__(self, k: int):
+        super().__init__()
+        self.k, self.points, self.head = k, _shared_mlp(k, 64, 128, 1024), _point_head(k * k)
+        self.register_buffer("identity", torch.eye(k).flatten(), persistent=False)
+
+    def forward(self, x):
+        return (self.head(self.points(x).max(dim=2).values) + self.identity).view(-1, self.k, self.k)
+
+
+class PointNet(nn.Module):
+    """PointNet classification (ModelNet40: 40 classes) on 1,024 points of (x, y, z), with the
+    input (3x3) and feature (64x64) transforms: per-point MLPs 3-64 and 64-128-1024 between
+    them, a max over the points, the fully connected head; 3,471,473 parameters."""
+
+    def __init__(self, classes: int = 40, points: int = 1024):
+        super().__init__()
+        self.example_shape = (3, points)
+        self.input_transform, self.mlp1 = _TNet(3), _shared_mlp(3, 64)
+        self.feature_transform, self.mlp2 = _TNet(64), _shared_mlp(64, 128, 1024, last_relu=False)
+        self.head = _point_head(classes)
+
+    @staticmethod
+    def _transformed(x, transform):
+        return torch.bmm(x.transpose(2, 1), transform).transpose(2, 1)
+
+    def forward(self, x):
+        x = self.mlp1(self._transformed(x, self.input_transform(x)))
+        x = self._transformed(x, self.feature_transform(x))
+        return self.head(self.mlp2(x).max(dim=2).values)
+
+
 # ------------------------------------------------------------------------------ registry
 
 
@@ -2018,7 +2072,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
-            "regnet_x_400mf": RegNetX400MF}
+            "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
