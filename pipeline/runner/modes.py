@@ -137,17 +137,16 @@ class Local(Mode):
                        else f"runner/results-{s.shard_index}-of-{s.shard_count}.jsonl")
 
     def prepare(self) -> None:
-        """Measuring here: check for the device, wait for a quiet host (`settle`); force=true
-        forgets the events of an earlier run."""
+        """Measuring here: check for the device; force=true forgets the events of an earlier run."""
         if self.executor.runs_here:
             ensure_device(self.device)
             if self.settings.force:
                 self.forget_events()
-            self.settle()
 
     def settle(self) -> None:
-        """Wait (at most `settle_s`) until the load average falls to `settle_load` x the CPU
-        count, so that the first kernels are not timed against what ran just before."""
+        """Before kernels are timed here: wait (at most `settle_s`) until the load average falls
+        to `settle_load` x the CPU count, so that the first ones are not timed against what ran
+        just before."""
         s, cpus = self.settings, os.cpu_count() or 1
         below, load = float(s.settle_load) * cpus, harness.load_average()
         if s.settle_s <= 0 or load is None or load <= below:
@@ -172,6 +171,8 @@ class Local(Mode):
                                   options=self.options, timeout_s=self.timeout_s, rounds=self.rounds)
 
     def results(self, jobs):
+        if jobs and self.executor.runs_here:
+            self.settle()
         for done in self.executor.map(harness.supervise_job, self.batches(jobs), root=self.root,
                                       failed=harness.failed_job, device=True):
             yield [ev for events in done for ev in events]
