@@ -23,6 +23,11 @@ Two objectives each:
               the top grade), or with `grade_cuts` from tiers of normalized throughput; a task
               with more than `max_group` records is cut into random query groups of at most
               that size (LightGBM refuses very large queries)
+`task_weight` p > 0 (stores input) weighs each training task by its share of a network's
+best-case time to the power p (a task of several networks: its largest share; the operator
+suite counts as one network), scaled so the tasks weigh 1 on average: a held-out network's
+top-1 is TenSet's time-weighted score, decided by its few heaviest tasks, while an unweighted
+loss spends as much on a transpose of 0.1% of the time as on the convolution of 60%.
 Early stopping on the validation part when it has rows (`early_stopping_metric`: the
 objective's own loss, or a per-task ranking metric of the validation records: peak1, peak5,
 apeak32 = mean peak score@1..32, pair_acc), else a fixed number of rounds
@@ -97,6 +102,24 @@ def grades(labels: np.ndarray, task_codes: np.ndarray, levels: int,
 INPUTS = ("records", "stores")
 
 
+def task_time_weights(frame: pd.DataFrame, members: pd.DataFrame | None, power: float) -> np.ndarray:
+    """Per record of `frame` (task_id, mean_s; group and weight unless `members`): its task's
+    largest share of a network's best-case time (sum over the network's tasks here of calls x
+    best latency) to the power `power`, divided by the mean over the tasks (tasks weigh 1 on
+    average)."""
+    best = frame.groupby("task_id", sort=False)["mean_s"].min()
+    if members is None:
+        members = frame[["task_id", "group", "weight"]].drop_duplicates(["task_id", "group"])
+    m = members[members["task_id"].isin(best.index)][["task_id", "group", "weight"]]
+    m = m.assign(time=m["weight"].to_numpy(dtype=np.float64) * best.reindex(m["task_id"]).to_numpy())
+    m = m.assign(share=m["time"] / m.groupby("group")["time"].transform("sum"))
+    share = m.groupby("task_id")["share"].max().reindex(best.index)
+    share = share.fillna(share.median() if share.notna().any() else 1.0)  # a task of no network
+    w = share.to_numpy(dtype=np.float64).clip(min=1e-12) ** float(power)
+    w = pd.Series(w / w.mean(), index=best.index)
+    return w.reindex(frame["task_id"]).to_numpy(dtype=np.float64)
+
+
 def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """LambdaRank's gradient and hessian of `scores` (rows contiguous per query group of
     `sizes`), NDCG gains 2**grade - 1, as LightGBM's lambdarank computes them."""
@@ -143,8 +166,9 @@ class _Layout:
     stores of the records), record labels `y` (grades for ranking), record weights `w`, the
     record of each row `seg` (stores) and the query group sizes (ranking)."""
 
-    def __init__(self, X, y, w, seg, sizes, labels, codes, base=None):
+    def __init__(self, X, y, w, seg, sizes, labels, codes, base=None, tw=None):
         self.X, self.y, self.w, self.seg, self.sizes = X, y, w, seg, sizes
+        self.tw = tw  # per record: its task's weight in the loss (None: 1)
         self.labels, self.codes = labels, codes  # per record, in layout order (validation metrics)
         self.base = base  # per record: the score the trees start from and correct (None: 0)
 
@@ -187,7 +211,8 @@ class _GBDT(CostModel):
     Hyperparameters (conf/model/<name>.yaml): objective (regression | ranking), input
     (records | stores), label_weight (regression), early_stopping_metric, num_boost_round and
     early_stopping_rounds (with a validation part), rounds_without_val, params (the library's
-    own parameters), and for ranking rank_levels (or grade_cuts), max_group, eval_at."""
+    own parameters), task_weight (stores), and for ranking rank_levels (or grade_cuts),
+    max_group, eval_at."""
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
                  context: list[str] | tuple[str, ...] = (), task_context: bool = False,
@@ -196,7 +221,7 @@ class _GBDT(CostModel):
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
                  rank_levels: int = 32, grade_cuts: list[float] | tuple[float, ...] | None = None,
                  max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
-                 seed: int = 0, threads: int = 0):
+                 task_weight: float = 0.0, seed: int = 0, threads: int = 0):
         who = f"model {name or self.name}"
         if objective not in ("regression", "ranking"):
             raise ValueError(f"{who}: objective={objective!r}; valid: regression, ranking")
@@ -211,6 +236,9 @@ class _GBDT(CostModel):
         if cuts and not (all(0.0 < c < 1.0 for c in cuts) and all(a < b for a, b in zip(cuts, cuts[1:]))):
             raise ValueError(f"{who}: grade_cuts={cuts}; valid: increasing normalized throughputs in (0, 1), "
                              f"e.g. [0.5, 0.8, 0.95]")
+        if float(task_weight) < 0 or (task_weight and input != "stores"):
+            raise ValueError(f"{who}: task_weight={task_weight}; valid: 0 (every task weighs the same), or a "
+                             f"power > 0 of each task's share of its network's time with input=stores")
         if cuts and objective != "ranking":
             raise ValueError(f"{who}: grade_cuts grade a ranking objective; set objective=ranking or drop them")
         if cuts:
@@ -223,7 +251,7 @@ class _GBDT(CostModel):
                        "early_stopping_rounds": int(early_stopping_rounds),
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
                        "rank_levels": int(rank_levels), "grade_cuts": cuts or None, "max_group": int(max_group),
-                       "eval_at": [int(k) for k in eval_at]}
+                       "eval_at": [int(k) for k in eval_at], "task_weight": float(task_weight)}
         if roofline_base and not roofline:
             raise ValueError(f"{who}: roofline_base={roofline_base} needs the machine's peaks (roofline: gflops, gbs, "
                              f"cores, lanes)")
@@ -244,6 +272,7 @@ class _GBDT(CostModel):
         self.grade_cuts = hyperparams["grade_cuts"]
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
+        self.task_weight = hyperparams["task_weight"]
         self.peaks = roof.Peaks(**hyperparams["roofline"]) if hyperparams["roofline"] else None
         self.base_weight = hyperparams["roofline_base"]
         self.booster = None
@@ -299,7 +328,8 @@ class _GBDT(CostModel):
         idx, seg = gather_segments(table.offsets, order)
         X = self._store_rows(table.stores[idx], self._records_of(table)[order], seg)
         base = self._base(table.stores, table.offsets)
-        return _Layout(X, y, w, seg, sizes, labels[order], codes[order], None if base is None else base[order])
+        tw = task_time_weights(table.frame, table.members, self.task_weight)[order] if self.task_weight else None
+        return _Layout(X, y, w, seg, sizes, labels[order], codes[order], None if base is None else base[order], tw)
 
     def _base(self, stores: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
         """Per record, -roofline_base x log2 of its roofline bound (ns): fast records start high."""
@@ -317,6 +347,8 @@ class _GBDT(CostModel):
             else:
                 w = lay.w if lay.w is not None else np.ones_like(rec)
                 g, h = w * (rec - lay.y), w
+            if lay.tw is not None:
+                g, h = g * lay.tw, h * lay.tw
             return g[lay.seg], h[lay.seg]
         return objective
 

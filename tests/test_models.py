@@ -220,6 +220,55 @@ def test_tier_graded_ranker_learns_and_refuses_bad_cuts(tmp_path):
     assert {m.early_stopping_rounds for m in members.values()} == {0}
 
 
+def test_task_time_weights_follow_each_tasks_share_of_its_network_time():
+    import pandas as pd
+
+    from models.gbdt import task_time_weights
+
+    # net a: t1 twice at 3 s, t2 once at 1 s (shares 6/7, 1/7); net b: t2 and t3, 1 s each (1/2, 1/2)
+    frame = pd.DataFrame({"task_id": ["t1", "t1", "t2", "t3"], "mean_s": [3.0, 5.0, 1.0, 1.0]})
+    members = pd.DataFrame({"task_id": ["t1", "t2", "t2", "t3", "t9"], "group": ["a", "a", "b", "b", "b"],
+                            "weight": [2, 1, 1, 1, 1]})  # t9: not in this part, left out of the sums
+    share = np.array([6 / 7, 1 / 2, 1 / 2])  # t2: its larger share
+    for p in (1.0, 0.5):
+        w = share ** p / np.mean(share ** p)
+        np.testing.assert_allclose(task_time_weights(frame, members, p), w[[0, 0, 1, 2]])
+    # without memberships: the frame's own group and weight columns
+    own = frame.assign(group="a", weight=1)
+    np.testing.assert_allclose(task_time_weights(own, None, 1.0), np.array([3, 3, 1, 1]) / (5 / 3))
+
+
+def test_task_weight_scales_each_tasks_gradient_and_roundtrips(tmp_path):
+    from models import registry
+    from pipeline.config import compose
+
+    tab = small_table()
+    frame = tab.frame.assign(group="net", mean_s=tab.frame["mean_s"] * np.where(tab.frame["task_id"] == "t0", 100, 1))
+    tab = type(tab)(**{**tab.__dict__, "frame": frame, "members": None})
+    plain = _model("lgbm_ps_rank4", [], tab.spec)
+    heavy = _model("lgbm_ps_rank4", ["model.task_weight=0.5"], tab.spec)
+    lay0, lay1 = plain._layout(tab), heavy._layout(tab)
+    scores = np.random.default_rng(0).normal(size=len(lay0.X))
+    g0, h0 = plain._objective(lay0)(scores)
+    g1, h1 = heavy._objective(lay1)(scores)
+    tw = lay1.tw[lay1.seg]
+    np.testing.assert_allclose(g1, g0 * tw)
+    np.testing.assert_allclose(h1, h0 * tw)
+    heavy_task = lay1.codes[lay1.seg] == 0  # t0: 100x the time of the others
+    assert tw[heavy_task].min() > 5 * tw[~heavy_task].max()
+    heavy.fit(tab, tab.take(np.arange(0)))
+    heavy.save(tmp_path / "m")
+    loaded = registry.load(tmp_path / "m")
+    assert loaded.task_weight == 0.5
+    np.testing.assert_allclose(loaded.predict(tab), heavy.predict(tab), rtol=1e-6)
+    with pytest.raises(ValueError, match="task_weight=0.5; valid: 0 .* with input=stores"):
+        _model("lgbm_rank", ["+model.task_weight=0.5"], tab.spec)
+    # the ensemble weighs every member's tasks so, at the fixed length of ens_ps_rank4_fixed
+    members = compose(["model=ens_ps_time_fixed"]).model.members
+    assert {m.task_weight for m in members.values()} == {0.5}
+    assert {m.early_stopping_rounds for m in members.values()} == {0}
+
+
 def test_model_all_composes_every_model_config_and_reaches_per_model_overrides():
     from pipeline.config import CONF_DIR, compose
 
