@@ -300,16 +300,24 @@ class SqueezeExcite(nn.Module):
         return x * self.fc(x)
 
 
+def _make_divisible(v: int, divisor: int = 8) -> int:
+    """The nearest multiple of `divisor` (at least `divisor`), raised by one step where rounding
+    down would lose more than a tenth: how the MobileNets size their squeeze layers."""
+    out = max(divisor, (v + divisor // 2) // divisor * divisor)
+    return out + divisor if out < 0.9 * v else out
+
+
 class InvertedResidualV3(nn.Module):
-    def __init__(self, cin: int, k: int, hidden: int, cout: int, se: bool, hswish: bool, stride: int):
+    def __init__(self, cin: int, k: int, hidden: int, cout: int, se: bool, hswish: bool, stride: int,
+                 eps: float = 1e-5):
         super().__init__()
         act = nn.Hardswish if hswish else nn.ReLU
-        layers = [] if hidden == cin else [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), act()]
+        layers = [] if hidden == cin else [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden, eps), act()]
         layers += [nn.Conv2d(hidden, hidden, k, stride, (k - 1) // 2, groups=hidden, bias=False),
-                   nn.BatchNorm2d(hidden), act()]
+                   nn.BatchNorm2d(hidden, eps), act()]
         if se:
-            layers.append(SqueezeExcite(hidden, max(8, (hidden // 4 + 4) // 8 * 8)))
-        layers += [nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout)]
+            layers.append(SqueezeExcite(hidden, _make_divisible(hidden // 4)))
+        layers += [nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout, eps)]
         self.block = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
@@ -324,19 +332,38 @@ class MobileNetV3Small(nn.Module):
                 (5, 120, 48, True, True, 1), (5, 144, 48, True, True, 1), (5, 288, 96, True, True, 2),
                 (5, 576, 96, True, True, 1), (5, 576, 96, True, True, 1)]
 
+    LAST, HEAD = 576, 1024  # the last 1x1 convolution's channels, the classifier's hidden width
+    EPS = 1e-5  # batch norm's epsilon
+
     def __init__(self, num_classes: int = 1000):
         super().__init__()
-        layers, cin = [nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish()], 16
+        eps = self.EPS
+        layers, cin = [nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16, eps), nn.Hardswish()], 16
         for k, hidden, cout, se, hs, s in self.SETTINGS:
-            layers.append(InvertedResidualV3(cin, k, hidden, cout, se, hs, s))
+            layers.append(InvertedResidualV3(cin, k, hidden, cout, se, hs, s, eps))
             cin = cout
-        layers += [nn.Conv2d(cin, 576, 1, bias=False), nn.BatchNorm2d(576), nn.Hardswish()]
+        layers += [nn.Conv2d(cin, self.LAST, 1, bias=False), nn.BatchNorm2d(self.LAST, eps), nn.Hardswish()]
         self.features = nn.Sequential(*layers)
         self.pool = nn.AdaptiveAvgPool2d(1)
-        self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(), nn.Linear(1024, num_classes))
+        self.classifier = nn.Sequential(nn.Linear(self.LAST, self.HEAD), nn.Hardswish(),
+                                        nn.Linear(self.HEAD, num_classes))
 
     def forward(self, x):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
+class MobileNetV3Large(MobileNetV3Small):
+    """MobileNet-V3 large at 224x224: fifteen inverted residual blocks (3x3 and 5x5 depthwise,
+    expansions 64-960, squeeze-excite on eight, hard-swish from the seventh), the last 1x1
+    convolution to 960 channels, classifier 960-1280-1000; 5,483,032 parameters."""
+
+    SETTINGS = [(3, 16, 16, False, False, 1), (3, 64, 24, False, False, 2), (3, 72, 24, False, False, 1),
+                (5, 72, 40, True, False, 2), (5, 120, 40, True, False, 1), (5, 120, 40, True, False, 1),
+                (3, 240, 80, False, True, 2), (3, 200, 80, False, True, 1), (3, 184, 80, False, True, 1),
+                (3, 184, 80, False, True, 1), (3, 480, 112, True, True, 1), (3, 672, 112, True, True, 1),
+                (5, 672, 160, True, True, 2), (5, 960, 160, True, True, 1), (5, 960, 160, True, True, 1)]
+    LAST, HEAD = 960, 1280
+    EPS = 1e-3  # as torchvision trains it (the small network above keeps PyTorch's default)
 
 
 # ------------------------------------------------------------------ DCGAN (Radford et al. 2016)
@@ -2072,7 +2099,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
-            "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet}
+            "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
