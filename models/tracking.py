@@ -193,7 +193,11 @@ def log_steps(run_id: str, series: dict[str, list[float]]) -> None:
 
 
 def log_inputs(store: Store, table, split) -> None:
-    """The parts of the training table the run saw, as MLflow datasets (name, digest, source)."""
+    """The parts of the training table the run saw, as MLflow datasets (name, digest, source).
+
+    Two trainings that log the same dataset at once would both insert it (MLflow looks it up,
+    then inserts: the second insert breaks its unique key), so the logging holds the store's
+    dataset lock."""
     source = str(store.root)
     for context, rows in (("train", split.train), ("validation", split.val), ("test", split.test)):
         if len(rows):
@@ -205,7 +209,8 @@ def log_inputs(store: Store, table, split) -> None:
                 warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
                 ds = mlflow.data.from_pandas(frame, source=source, targets="label",
                                              name=f"{store.workspace}/{table.spec.feature_set}/{split.kind}/{context}")
-                mlflow.log_input(ds, context=context)
+                with store_lock(store, "datasets"):
+                    mlflow.log_input(ds, context=context)
 
 
 def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
