@@ -106,10 +106,14 @@ def task_time_weights(frame: pd.DataFrame, members: pd.DataFrame | None, power: 
     """Per record of `frame` (task_id, mean_s; group and weight unless `members`): its task's
     largest share of a network's best-case time (sum over the network's tasks here of calls x
     best latency) to the power `power`, divided by the mean over the tasks (tasks weigh 1 on
-    average)."""
+    average). A table without latencies (a tuning session's measured candidates) weighs every
+    record 1; one without memberships counts its tasks once each, in one network."""
+    if "mean_s" not in frame.columns:
+        return np.ones(len(frame))
     best = frame.groupby("task_id", sort=False)["mean_s"].min()
     if members is None:
-        members = frame[["task_id", "group", "weight"]].drop_duplicates(["task_id", "group"])
+        members = frame.reindex(columns=["task_id", "group", "weight"]).fillna({"group": "", "weight": 1})
+        members = members.drop_duplicates(["task_id", "group"])
     m = members[members["task_id"].isin(best.index)][["task_id", "group", "weight"]]
     m = m.assign(time=m["weight"].to_numpy(dtype=np.float64) * best.reindex(m["task_id"]).to_numpy())
     m = m.assign(share=m["time"] / m.groupby("group")["time"].transform("sum"))

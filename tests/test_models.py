@@ -236,6 +236,9 @@ def test_task_time_weights_follow_each_tasks_share_of_its_network_time():
     # without memberships: the frame's own group and weight columns
     own = frame.assign(group="a", weight=1)
     np.testing.assert_allclose(task_time_weights(own, None, 1.0), np.array([3, 3, 1, 1]) / (5 / 3))
+    np.testing.assert_allclose(task_time_weights(frame, None, 1.0), np.array([3, 3, 1, 1]) / (5 / 3))
+    # a tuning session's table has labels but no latencies: every record weighs 1
+    np.testing.assert_array_equal(task_time_weights(frame.drop(columns="mean_s"), None, 0.5), np.ones(4))
 
 
 def test_task_weight_scales_each_tasks_gradient_and_roundtrips(tmp_path):
@@ -257,6 +260,11 @@ def test_task_weight_scales_each_tasks_gradient_and_roundtrips(tmp_path):
     heavy_task = lay1.codes[lay1.seg] == 0  # t0: 100x the time of the others
     assert tw[heavy_task].min() > 5 * tw[~heavy_task].max()
     heavy.fit(tab, tab.take(np.arange(0)))
+    # refit on a tuning session's table (labels, no latencies or memberships): every task weighs 1
+    session = type(tab)(**{**tab.__dict__, "frame": tab.frame.drop(columns=["mean_s", "group", "weight"])})
+    trees = heavy.native().num_trees()
+    heavy.continue_fit(session, rounds=3)
+    assert heavy.native().num_trees() == trees + 3
     heavy.save(tmp_path / "m")
     loaded = registry.load(tmp_path / "m")
     assert loaded.task_weight == 0.5
