@@ -199,18 +199,17 @@ def log_inputs(store: Store, table, split) -> None:
     then inserts: the second insert breaks its unique key), so the logging holds the store's
     dataset lock."""
     source = str(store.root)
-    for context, rows in (("train", split.train), ("validation", split.val), ("test", split.test)):
-        if len(rows):
-            frame = table.frame.iloc[rows].reset_index(drop=True)
-            with warnings.catch_warnings():
-                # MLflow registers local paths twice (schemes "" and "file") and warns that it
-                # picked one; and a dataset's schema is a description, not an enforced input
-                warnings.filterwarnings("ignore", "The specified dataset source can be interpreted", UserWarning)
-                warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
+    with warnings.catch_warnings(), store_lock(store, "datasets"):
+        # MLflow registers local paths twice (schemes "" and "file") and warns that it picked
+        # one; and a dataset's schema is a description, not an enforced input
+        warnings.filterwarnings("ignore", "The specified dataset source can be interpreted", UserWarning)
+        warnings.filterwarnings("ignore", "Hint: Inferred schema contains integer", UserWarning)
+        for context, rows in (("train", split.train), ("validation", split.val), ("test", split.test)):
+            if len(rows):
+                frame = table.frame.iloc[rows].reset_index(drop=True)
                 ds = mlflow.data.from_pandas(frame, source=source, targets="label",
                                              name=f"{store.workspace}/{table.spec.feature_set}/{split.kind}/{context}")
-                with store_lock(store, "datasets"):
-                    mlflow.log_input(ds, context=context)
+                mlflow.log_input(ds, context=context)
 
 
 def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, predictions: dict, model_cfg: dict,
