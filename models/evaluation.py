@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from models.metrics import network_time_shares
+
 KEYS = ("model", "features", "split", "heldout", "seed")
 #: metrics shown with their spread (test_ and val_ prefixes)
 SPREAD_METRICS = ("top1_score", "top5_score", "pair_acc", "spearman")
@@ -304,8 +306,7 @@ def per_task_scores(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference:
     df = df.assign(weight=df["weight"].fillna(1.0), score=df["best_s"] / df["top1_s"])
     out = df.groupby([*keys, "model"], as_index=False).agg(
         weight=("weight", "first"), best_s=("best_s", "mean"), score=("score", "mean"), n_seeds=("seed", "nunique"))
-    time = out["weight"] * out["best_s"]
-    out["share"] = time / time.groupby([out["features"], out["heldout"], out["model"]]).transform("sum")
+    out["share"] = network_time_shares(out["weight"], out["best_s"], [out["features"], out["heldout"], out["model"]])
     ref = out[out["model"] == reference].set_index(keys)["score"]
     out[minus] = out["score"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(out[keys])).to_numpy()
     out = out.sort_values(["features", "heldout", "model", "share"], ascending=[True, True, True, False])

@@ -50,7 +50,7 @@ import xgboost as xgb
 from features import roofline as roof
 from features.task_context import COLUMNS as TASK_COLUMNS
 from models.base import CostModel, FeatureSpec
-from models.metrics import STOP_METRICS, ranking_metric
+from models.metrics import STOP_METRICS, network_time_shares, ranking_metric
 from models.tables import gather_segments
 
 
@@ -112,11 +112,11 @@ def task_time_weights(frame: pd.DataFrame, members: pd.DataFrame | None, power: 
         return np.ones(len(frame))
     best = frame.groupby("task_id", sort=False)["mean_s"].min()
     if members is None:
-        members = frame.reindex(columns=["task_id", "group", "weight"]).fillna({"group": "", "weight": 1})
+        members = frame.reindex(columns=["task_id", "group", "weight"])
+        members = members.assign(group=members["group"].astype(object).fillna(""), weight=members["weight"].fillna(1))
         members = members.drop_duplicates(["task_id", "group"])
     m = members[members["task_id"].isin(best.index)][["task_id", "group", "weight"]]
-    m = m.assign(time=m["weight"].to_numpy(dtype=np.float64) * best.reindex(m["task_id"]).to_numpy())
-    m = m.assign(share=m["time"] / m.groupby("group")["time"].transform("sum"))
+    m = m.assign(share=network_time_shares(m["weight"], best.reindex(m["task_id"]).set_axis(m.index), m["group"]))
     share = m.groupby("task_id")["share"].max().reindex(best.index)
     share = share.fillna(share.median() if share.notna().any() else 1.0)  # a task of no network
     w = share.to_numpy(dtype=np.float64).clip(min=1e-12) ** float(power)
@@ -167,12 +167,12 @@ def mean_ndcg(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray, k: int) 
 
 class _Layout:
     """One table in the row order and form the library trains on: rows `X` (records, or the
-    stores of the records), record labels `y` (grades for ranking), record weights `w`, the
-    record of each row `seg` (stores) and the query group sizes (ranking)."""
+    stores of the records), record labels `y` (grades for ranking), record weights `w` in the
+    loss (label weight x task weight; None: 1), the record of each row `seg` (stores) and the
+    query group sizes (ranking)."""
 
-    def __init__(self, X, y, w, seg, sizes, labels, codes, base=None, tw=None):
+    def __init__(self, X, y, w, seg, sizes, labels, codes, base=None):
         self.X, self.y, self.w, self.seg, self.sizes = X, y, w, seg, sizes
-        self.tw = tw  # per record: its task's weight in the loss (None: 1)
         self.labels, self.codes = labels, codes  # per record, in layout order (validation metrics)
         self.base = base  # per record: the score the trees start from and correct (None: 0)
 
@@ -317,8 +317,9 @@ class _GBDT(CostModel):
         """Whether the objective is computed here (store input) rather than by the library."""
         return self.input == "stores"
 
-    def _layout(self, table) -> _Layout:
-        """The table in the row order and form the library trains on (see _Layout)."""
+    def _layout(self, table, fitted: bool = False) -> _Layout:
+        """The table in the row order and form the library trains on (see _Layout); `fitted`:
+        the table the trees are fitted to, the only one whose records carry task weights."""
         labels, codes = table.labels, table.task_codes
         if self.ranking:
             order, sizes = rank_groups(codes, self.max_group, self.seed)
@@ -332,8 +333,10 @@ class _GBDT(CostModel):
         idx, seg = gather_segments(table.offsets, order)
         X = self._store_rows(table.stores[idx], self._records_of(table)[order], seg)
         base = self._base(table.stores, table.offsets)
-        tw = task_time_weights(table.frame, table.members, self.task_weight)[order] if self.task_weight else None
-        return _Layout(X, y, w, seg, sizes, labels[order], codes[order], None if base is None else base[order], tw)
+        if fitted and self.task_weight:
+            tw = task_time_weights(table.frame, table.members, self.task_weight)[order]
+            w = tw if w is None else w * tw
+        return _Layout(X, y, w, seg, sizes, labels[order], codes[order], None if base is None else base[order])
 
     def _base(self, stores: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
         """Per record, -roofline_base x log2 of its roofline bound (ns): fast records start high."""
@@ -349,10 +352,9 @@ class _GBDT(CostModel):
             if self.ranking:
                 g, h = lambdarank_gradients(rec, lay.y, lay.sizes)
             else:
-                w = lay.w if lay.w is not None else np.ones_like(rec)
-                g, h = w * (rec - lay.y), w
-            if lay.tw is not None:
-                g, h = g * lay.tw, h * lay.tw
+                g, h = rec - lay.y, np.ones_like(rec)
+            if lay.w is not None:
+                g, h = g * lay.w, h * lay.w
             return g[lay.seg], h[lay.seg]
         return objective
 
@@ -426,7 +428,7 @@ class LGBMModel(_GBDT):
         return lambda preds, data: objective(preds)
 
     def fit(self, train, val) -> dict:
-        lay = self._layout(train)
+        lay = self._layout(train, fitted=True)
         dtrain = self._dataset(lay)
         p = self._train_params()
         if self.custom:
@@ -453,7 +455,7 @@ class LGBMModel(_GBDT):
 
     def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
         """`rounds` more trees on `table` (continued boosting from the current booster)."""
-        lay = self._layout(table)
+        lay = self._layout(table, fitted=True)
         p = self._train_params()
         if self.custom:
             p["objective"] = self._fobj(lay)
@@ -517,7 +519,7 @@ class XGBModel(_GBDT):
         return lambda preds, dtrain: objective(preds)
 
     def fit(self, train, val) -> dict:
-        lay = self._layout(train)
+        lay = self._layout(train, fitted=True)
         dtrain = self._dmatrix(lay)
         curve: dict = {}
         evals, kwargs = [], {}
@@ -542,7 +544,7 @@ class XGBModel(_GBDT):
 
     def continue_fit(self, table, *, rounds: int, epochs: int = 0) -> None:
         """`rounds` more trees on `table` (continued boosting from the current booster)."""
-        lay = self._layout(table)
+        lay = self._layout(table, fitted=True)
         self.booster = xgb.train(self._train_params(), self._dmatrix(lay), num_boost_round=int(rounds),
                                  xgb_model=self.booster, obj=self._obj(lay))
 

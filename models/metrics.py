@@ -171,6 +171,13 @@ def expected_random_best(latencies: np.ndarray, k: int) -> float:
     return float(np.dot(p, lat))
 
 
+def network_time_shares(weight: pd.Series, best_s: pd.Series, by) -> pd.Series:
+    """Each task's share of its network's best-case time: calls (`weight`) x best latency,
+    over the sum of the same within its network (`by`: the grouping keys)."""
+    time = weight.astype(np.float64) * best_s.astype(np.float64)
+    return time / time.groupby(by).transform("sum")
+
+
 def weighted_topk_score(frame: pd.DataFrame, k: int) -> float:
     """TenSet's score for one group of tasks: sum(w*best latency) / sum(w*latency at top-k).
 

@@ -250,11 +250,12 @@ def test_task_weight_scales_each_tasks_gradient_and_roundtrips(tmp_path):
     tab = type(tab)(**{**tab.__dict__, "frame": frame, "members": None})
     plain = _model("lgbm_ps_rank4", [], tab.spec)
     heavy = _model("lgbm_ps_rank4", ["model.task_weight=0.5"], tab.spec)
-    lay0, lay1 = plain._layout(tab), heavy._layout(tab)
+    lay0, lay1 = plain._layout(tab, fitted=True), heavy._layout(tab, fitted=True)
+    assert heavy._layout(tab).w is None  # validation records are not weighed
     scores = np.random.default_rng(0).normal(size=len(lay0.X))
     g0, h0 = plain._objective(lay0)(scores)
     g1, h1 = heavy._objective(lay1)(scores)
-    tw = lay1.tw[lay1.seg]
+    tw = lay1.w[lay1.seg]
     np.testing.assert_allclose(g1, g0 * tw)
     np.testing.assert_allclose(h1, h0 * tw)
     heavy_task = lay1.codes[lay1.seg] == 0  # t0: 100x the time of the others
