@@ -219,6 +219,51 @@ def test_a_damaged_release_is_refused_before_anything_is_written(released, tmp_p
     assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file() and ".locks" not in p.parts]
 
 
+def plain_database_release(folder: Path, dest: Path) -> Path:
+    """`folder` as releases were packed before their database was gzipped: the plain files,
+    listed so in the manifest."""
+    copy = dest / folder.name
+    shutil.copytree(folder, copy)
+    manifest = json.loads((copy / R.MANIFEST).read_text())
+    for name in R.DATABASE_FILES:
+        (copy / name).write_bytes(D.read_bytes(copy / f"{name}.gz"))
+        (copy / f"{name}.gz").unlink()
+        del manifest["files"][f"{name}.gz"]
+        manifest["files"][name] = {"bytes": (copy / name).stat().st_size, "sha256": R.sha256(copy / name)}
+    (copy / R.MANIFEST).write_text(json.dumps(manifest))
+    return copy
+
+
+def test_compact_gzips_an_old_releases_database_and_leaves_its_manifest(released, tmp_path):
+    """release.compact: the plain database files are gzipped in place, the manifest keeps its
+    bytes (a release that extends this one pins its sha256), the release verifies and unpacks
+    to the same database; a gzipped file that does not unpack to the listed bytes is refused."""
+    root, over, folder = released
+    old = plain_database_release(folder, tmp_path / "rel")
+    pinned = R.sha256(old / R.MANIFEST)
+    plain = {name: (old / name).read_bytes() for name in R.DATABASE_FILES}
+    out = run_stage("release", [f"paths.releases={old.parent}", f"release.compact=[{old.name}]"])
+    assert out["releases"] == out["compacted"] == 1 and out["files"] == 2 and 0 < out["bytes_after"] < out["bytes_before"]
+    assert R.sha256(old / R.MANIFEST) == pinned
+    assert all((old / f"{name}.gz").is_file() and not (old / name).exists() for name in R.DATABASE_FILES)
+    assert R.verify(old, kind="dataset")["name"] == folder.name
+    ws_db = D.unpack_database(old, tmp_path / "db")
+    assert {p.name: p.read_bytes() for p in ws_db} == plain
+    # compact again (all under the folder): nothing left to do
+    again = run_stage("release", [f"paths.releases={old.parent}", "release.compact=all"])
+    assert again["releases"] == 1 and again["compacted"] == again["files"] == 0
+    # a workspace made from the compacted release holds every record
+    run_stage("tasks", from_release(old, tmp_path / "data"))
+    assert len(workspace_of(compose(from_release(old, tmp_path / "data"))).read("tasks")) == 3
+    # the gzipped file changed (a record dropped): refused, naming it
+    name = R.DATABASE_FILES[1]
+    D.write_gzipped(old / f"{name}.gz", b"".join(plain[name].splitlines(keepends=True)[1:]))
+    with pytest.raises(R.ReleaseError, match=f"{name}.gz does not match its checksum"):
+        R.verify(old)
+    with pytest.raises(R.ReleaseError, match="release.compact=nope: give a list"):
+        run_stage("release", [f"paths.releases={old.parent}", "release.compact=nope"])
+
+
 def test_a_release_of_another_target_kind_is_refused_with_exit_code_2(released, tmp_path):
     root, over, folder = released
     cmd = [sys.executable, "-m", "pipeline", "stage=train", *from_release(folder, tmp_path / "data"), "target=h100"]

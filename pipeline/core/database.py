@@ -99,8 +99,8 @@ def shard_record_file(ws: Workspace, shard_index: int, shard_count: int) -> Path
 
 
 #: a MetaSchedule JSON database's two files, as a workspace keeps them; a dataset release
-#: and a kept tuning run keep them gzipped (`<name>.gz`, the releases before
-#: zoo_ops-llvm-epyc2-v8 as they are)
+#: and a kept tuning run keep them gzipped (`<name>.gz`; the releases before
+#: zoo_ops-llvm-epyc2-v8 as they are until `release.compact` gzips them)
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 

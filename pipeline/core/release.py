@@ -2,8 +2,8 @@
 
 A dataset release (`data/releases/<name>/`) holds one zstd-compressed Parquet file per
 workspace table (`tables/<table>.parquet`; a device-partitioned table keeps its `device`
-as a column), the MetaSchedule database (`database_workload.json`,
-`database_tuning_record.json`, which `ms.database.JSONDatabase` reads), `manifest.json`
+as a column), the MetaSchedule database (`database_workload.json.gz`,
+`database_tuning_record.json.gz`, gunzipped for `ms.database.JSONDatabase`), `manifest.json`
 (what it holds, where and how it was timed, versions, row counts, the sha256 of every
 file, the commands that made it) and a card. No libraries: stage=replay builds them again
 from the traces. A model release holds an MLflow model folder, a manifest and a card.
@@ -12,10 +12,16 @@ A release is written whole or not at all (a hidden folder renamed into place) an
 verified before anything is read from it: the manifest, every file it lists with its
 size and sha256, no table missing, the schema version this pipeline reads. A workspace
 made from a release (`unpack`) is also written whole or not at all.
+
+Releases packed before the database was gzipped (those before zoo_ops-llvm-epyc2-v8) can be
+compacted in place (`compact`): the database files are gzipped and the manifest is left as
+it was, so the releases that extend them, which pin its sha256, still verify; a gzipped
+database file verifies by its content against the manifest's entry for the plain file.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -198,13 +204,21 @@ def verify(folder: str | Path, *, kind: str | None = None) -> dict:
                            f"reads version {S.SCHEMA_VERSION}: use a release made with this version (or re-pack "
                            f"its workspace with this pipeline's stage=release)")
     for rel, entry in manifest["files"].items():
-        f = folder / rel
-        if not f.is_file():
+        f, packed = folder / rel, _compacted(folder, rel)
+        if not f.is_file() and packed is None:
             raise ReleaseError(f"{f} is missing from release {folder.name}: the release is incomplete; fetch it "
                                f"again (git checkout -- {folder} in a clone)")
-        if f.stat().st_size != int(entry["bytes"]) or sha256(f) != entry["sha256"]:
-            raise ReleaseError(f"{f} does not match its checksum in {where}: the file was changed or truncated; "
-                               f"fetch the release again (git checkout -- {folder} in a clone)")
+        if not f.is_file():
+            try:
+                data = gzip.decompress(packed.read_bytes())
+            except (OSError, EOFError, gzip.BadGzipFile):
+                data = b""
+            same = len(data) == int(entry["bytes"]) and hashlib.sha256(data).hexdigest() == entry["sha256"]
+        else:
+            same = f.stat().st_size == int(entry["bytes"]) and sha256(f) == entry["sha256"]
+        if not same:
+            raise ReleaseError(f"{packed or f} does not match its checksum in {where}: the file was changed or "
+                               f"truncated; fetch the release again (git checkout -- {folder} in a clone)")
     if manifest.get("kind") == "dataset":
         for name in manifest.get("tables", {}):
             if f"{TABLES_DIR}/{name}.parquet" not in manifest["files"]:
@@ -215,6 +229,37 @@ def verify(folder: str | Path, *, kind: str | None = None) -> dict:
                 raise ReleaseError(f"{where}: release {folder.name} has no {name} table: a dataset release holds "
                                    f"at least tasks and candidates; re-pack it with stage=release")
     return manifest
+
+
+def _compacted(folder: Path, rel: str) -> Path | None:
+    """The gzipped form `compact` left of a database file the manifest lists plain, or None."""
+    packed = folder / f"{rel}.gz"
+    return packed if rel in DATABASE_FILES and packed.is_file() else None
+
+
+def compact(folder: str | Path) -> dict:
+    """Gzip a dataset release's plain MetaSchedule database files in place (each checked to
+    unpack to the released bytes before the plain file goes); the manifest stays as it was.
+    Returns {release, files, bytes_before, bytes_after}; a release already compact is left
+    as it is (files 0)."""
+    folder = Path(folder)
+    manifest = verify(folder, kind="dataset")
+    before = after = done = 0
+    for rel in DATABASE_FILES:
+        plain = folder / rel
+        if rel not in manifest["files"] or not plain.is_file():
+            continue
+        data = plain.read_bytes()
+        D.write_gzipped(folder / f"{rel}.gz", data)
+        packed = _compacted(folder, rel)
+        if gzip.decompress(packed.read_bytes()) != data:
+            packed.unlink()
+            raise ReleaseError(f"{packed}: the gzipped database does not unpack to {plain}; the plain file is "
+                               f"kept (is the disk full?)")
+        before, after, done = before + len(data), after + packed.stat().st_size, done + 1
+        plain.unlink()
+    verify(folder, kind="dataset")
+    return {"release": manifest["name"], "files": done, "bytes_before": before, "bytes_after": after}
 
 
 def chain(folder: str | Path) -> list[tuple[Path, dict]]:

@@ -3,6 +3,7 @@
     python -m pipeline stage=release dataset=zoo_ops budget=transfer release.version=1
     python -m pipeline stage=release dataset=zoo_ops budget=transfer release.dataset=false \\
         'release.models=[models:/<registered>@best]'
+    python -m pipeline stage=release release.compact=all
 
 A dataset release (`<paths.releases>/<dataset>-<target>-<hardware>-v<version>/`, see
 pipeline/core/release.py) carries the tables, the MetaSchedule database, a manifest and
@@ -12,6 +13,8 @@ unpacks them as one). Before packing, the tuning records are made to agree with 
 (`database.sync_records`), so every record carries its latest run times. A model release
 (`<training release>-<model>-<held out>`) carries the run's MLflow model folder, a manifest
 and MODEL.md with the run's evaluation and its spread over the seeds of the same split.
+`release.compact` only gzips the plain database files of releases packed before databases
+were gzipped (R.compact); it packs nothing.
 """
 
 from __future__ import annotations
@@ -188,7 +191,32 @@ def pack_dataset(cfg, ws: Workspace) -> dict:
     return {"release": name, "records": info["counts"]["records"], "MB": round(size / 1e6, 1)}
 
 
+def compact_releases(cfg) -> dict:
+    """release.compact: the named dataset releases (or `all` under paths.releases) with their
+    plain MetaSchedule database gzipped in place (R.compact)."""
+    names = cfg.release.compact
+    root = release_root(cfg)
+    if isinstance(names, str):
+        if names != "all":
+            raise R.ReleaseError(f"release.compact={names}: give a list of dataset releases (names or folders), "
+                                 f"or all")
+        folders = [p.parent for p in sorted(root.glob(f"*/{R.MANIFEST}"))
+                   if R.read_manifest(p.parent).get("kind") == "dataset"]
+    else:
+        folders = [R.find(str(n), R.search_path(root)) for n in names]
+    done = [R.compact(folder) for folder in folders]
+    for d in done:
+        if d["files"]:
+            log.info("compacted %s: database %.1f MB -> %.1f MB", d["release"], d["bytes_before"] / 1e6,
+                     d["bytes_after"] / 1e6)
+    before, after = sum(d["bytes_before"] for d in done), sum(d["bytes_after"] for d in done)
+    return {"releases": len(done), "compacted": sum(bool(d["files"]) for d in done),
+            "files": sum(d["files"] for d in done), "bytes_before": before, "bytes_after": after}
+
+
 def run(cfg) -> dict:
+    if cfg.release.get("compact"):
+        return compact_releases(cfg)
     ws = workspace_of(cfg)
     out = {}
     if bool(cfg.release.dataset):
