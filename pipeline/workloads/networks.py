@@ -2014,6 +2014,31 @@ class AlexNet(nn.Module):
         return self.classifier(self.features(x).flatten(1))
 
 
+class VGG11(nn.Module):
+    """VGG-11 at 224x224 (configuration A, without batch norm, torchvision's layout): eight 3x3
+    convolutions (64, 128, 256, 256, 512, 512, 512, 512 channels) with ReLU and five 2x2 max
+    pools, a 7x7 adaptive average pool, then three fully connected layers (25088 to 4096 to
+    4096 to 1000); 132,863,336 parameters, nine in ten of them in the first fully connected one."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        layers, cin = [], 3
+        for width in (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"):
+            if width == "M":
+                layers.append(nn.MaxPool2d(2, 2))
+            else:
+                layers += [nn.Conv2d(cin, width, 3, padding=1), nn.ReLU()]
+                cin = width
+        self.features = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
+        self.classifier = nn.Sequential(
+            nn.Linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(0.5),
+            nn.Linear(4096, 4096), nn.ReLU(), nn.Dropout(0.5), nn.Linear(4096, classes))
+
+    def forward(self, x):
+        return self.classifier(self.avgpool(self.features(x)).flatten(1))
+
+
 # ------------------------------------------------------------------ PointNet (Qi et al. 2017)
 
 
@@ -2099,7 +2124,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "mobilevit_xs": MobileViTXS, "segformer_b0": SegFormerB0, "hifigan": HiFiGAN,
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
-            "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large}
+            "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
+            "vgg11": VGG11}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
