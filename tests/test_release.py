@@ -109,6 +109,23 @@ def test_a_release_relabelled_on_another_machine_is_a_new_release(released, tmp_
     manifest = R.verify(tmp_path / "rel" / rel["release"])
     assert rel["release"].startswith("ops-llvm-") and rel["release"].endswith("-v2")
     assert manifest["derived_from"]["name"] == folder.name and manifest["tables"]["measurements"] == 24
+    assert manifest["derived_from"]["labels"] is False
+    assert f"The programs of release `{folder.name}`" in (tmp_path / "rel" / rel["release"] / R.DATASET_CARD).read_text()
+
+
+def test_a_release_of_a_workspace_that_kept_the_labels_says_what_was_timed_where(released, tmp_path):
+    """A workspace made from a release with its labels, released again: the card names the
+    base's labels and what was timed here, not a re-timing."""
+    root, over, folder = released
+    mine = from_release(folder, tmp_path / "data", f"paths.releases={tmp_path / 'rel'}", "release.version=2")
+    run_stage("tasks", mine)
+    rel = run_stage("release", mine)
+    manifest = R.verify(tmp_path / "rel" / rel["release"])
+    assert manifest["derived_from"] | {"hardware": None} == {"name": folder.name, "labels": True,
+                                                             "measured_ok": 24, "hardware": None}
+    card = (tmp_path / "rel" / rel["release"] / R.DATASET_CARD).read_text()
+    assert f"The programs and labels of release `{folder.name}` (24 timed without error there" in card
+    assert "nothing more timed here" in card and "timed again" not in card
 
 
 def base_without_a_task(root: Path, over: list[str], dest: Path) -> tuple[Path, str]:

@@ -579,8 +579,7 @@ def dataset_card(m: dict) -> str:
                   f"{total['records']:,} records of {total['tasks']} tasks; networks: {', '.join(total['networks'])}.",
                   ""]
     if m.get("derived_from"):
-        lines += [f"The programs of release `{m['derived_from']['name']}` (timed there on "
-                  f"{(m['derived_from'].get('hardware') or {}).get('hardware')}), timed again here.", ""]
+        lines += [_card_origin(m["derived_from"], counts["measured_ok"]), ""]
     lines += ["## Tables", "", "| table | rows |", "|---|---|"]
     lines += [f"| `{t}` | {n:,} |" for t, n in m["tables"].items()]
     lines += ["", "`tables/*.parquet` are the workspace's tables (pipeline/core/schema.py, schema version "
@@ -589,6 +588,18 @@ def dataset_card(m: dict) -> str:
               "times (1e10: failed). No kernel libraries: `stage=replay` builds them again from the traces.", ""]
     lines += _card_timing(m) + _card_noise_and_failures(m) + _card_provenance(m)
     return "\n".join(lines)
+
+
+def _card_origin(origin: dict, measured_ok: int) -> str:
+    """Where a release made from a release's workspace came from: its programs timed again
+    (`dataset.labels=false`), or its programs and labels with more of them timed here."""
+    name, hw = origin["name"], (origin.get("hardware") or {}).get("hardware")
+    if not origin.get("labels"):
+        return f"The programs of release `{name}` (timed there on {hw}), timed again here."
+    before = origin.get("measured_ok") or 0
+    more = (f"with {measured_ok - before:,} more of its programs timed here" if measured_ok > before
+            else "nothing more timed here")
+    return f"The programs and labels of release `{name}` ({before:,} timed without error there, on {hw}), {more}."
 
 
 def _card_timing(m: dict) -> list[str]:

@@ -99,7 +99,8 @@ def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -
     return {
         "dataset": (origin or {}).get("dataset") or str(cfg.dataset.name),
         "selection": selection,
-        "derived_from": {k: origin.get(k) for k in ("name", "hardware")} if origin else None,
+        "derived_from": ({k: origin.get(k) for k in ("name", "hardware", "labels")}
+                         | {"measured_ok": (origin.get("counts") or {}).get("measured_ok")}) if origin else None,
         "target": {"name": str(cfg.target.name), "kind": str(cfg.target.tvm.kind),
                    "tvm": sorted(set(tasks["target"]))},
         "hardware": R.hardware_of(last),
