@@ -338,6 +338,17 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     twin = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
                                  f"compare.pairs=[[{other},{choice}]]"])
     assert twin["margins_rows"] == 2 * len(margins)
+    # ... and its interval over the held-out tasks (one top-k task per network here: the
+    # difference of the two models' top-1 scores, mean over seeds, and a point interval)
+    assert twin["pairs_rows"] == 3
+    pair = pd.read_csv(root / "reports" / "pairs-by_network-static.csv").set_index("heldout")
+    assert set(pair["model"]) == {other} and set(pair["reference"]) == {choice}
+    for net in ("netA", "netB"):
+        assert pair.loc[net, "diff"] == pytest.approx(nets[(net, other)] - nets[(net, choice)])
+        assert pair.loc[net, "lo"] == pytest.approx(pair.loc[net, "diff"]) == pair.loc[net, "hi"]
+    assert pair.loc["mean", "diff"] == pytest.approx(pair.loc[["netA", "netB"], "diff"].mean())
+    assert "## The pairs of `compare.pairs`, paired over held-out tasks" in Path(twin["evaluation"]).read_text()
+    assert "## The pairs of `compare.pairs`" not in report
     own = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
                                 f"compare.pairs=[[{choice},{other}]]"])
     assert own["margins_rows"] == len(margins)

@@ -212,6 +212,19 @@ def against_intervals(cfg, ws: Workspace, store: tracking.Store, runs: pd.DataFr
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
+def pair_intervals(ws: Workspace, runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """Each pair of `compare.pairs` paired over the held-out tasks (models/evaluation.py
+    `paired_intervals` with the pair's reference): the over-task interval of any two models,
+    as the `intervals` table gives it against ms_xgb."""
+    per_task = heldout_per_task(runs) if pairs else pd.DataFrame()
+    if per_task.empty:
+        return pd.DataFrame()
+    out = [E.paired_intervals(per_task[per_task["model"].isin([model, reference])], network_weights(ws),
+                              reference=reference).assign(reference=reference)
+           for model, reference in pairs]
+    return pd.concat(out, ignore_index=True)
+
+
 def model_pairs(cfg, models: set[str]) -> list[tuple[str, str]]:
     """`compare.pairs` as (model, reference) pairs of models this selection has runs of."""
     pairs = [tuple(str(m) for m in p) for p in cfg.compare.get("pairs") or ()]
@@ -240,9 +253,12 @@ def feature_report(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def interval_report(table: pd.DataFrame) -> pd.DataFrame:
+    """Over-task intervals as the report shows them; a `reference` column (the pairs of
+    `compare.pairs`) is kept beside the model, else the reference is ms_xgb."""
     text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
-    return table.assign(**{f"top-1 minus {E.REFERENCE}": text})[
-        ["heldout", "model", "features", f"top-1 minus {E.REFERENCE}", "n_tasks", "n_seeds"]].rename(
+    minus = "top-1 minus reference" if "reference" in table else f"top-1 minus {E.REFERENCE}"
+    cols = ["heldout", "model", *(["reference"] if "reference" in table else []), "features", minus, "n_tasks", "n_seeds"]
+    return table.assign(**{minus: text})[cols].rename(
         columns={"heldout": "held out", "n_tasks": "tasks", "n_seeds": "seeds"})
 
 
@@ -300,7 +316,7 @@ def report_paths(cfg, ws: Workspace) -> dict[str, Path]:
     paths = {ext: reports / f"{report_name(cfg)}.{ext}" for ext in ("csv", "md", "png")}
     paths.update({kind: reports / f"{report_name(cfg, kind)}.{ext}" for kind, ext in (
         ("evaluation", "md"), ("heldout", "csv"), ("splits", "csv"), ("ablation", "csv"), ("intervals", "csv"),
-        ("margins", "csv"), ("per_task", "csv"), ("features", "csv"))})
+        ("margins", "csv"), ("pairs", "csv"), ("per_task", "csv"), ("features", "csv"))})
     paths["heldout_png"] = reports / f"{report_name(cfg, 'heldout')}.png"
     if cfg.compare.get("against"):
         paths["against"] = reports / f"{report_name(cfg, 'against')}.csv"
@@ -355,6 +371,13 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                  f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
                  f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
                  f"{select} margin holds 0 is not resolved by validation.", margin_report(margins))
+    pairs = tables.get("pairs")
+    if pairs is not None and len(pairs):
+        text += _section("The pairs of `compare.pairs`, paired over held-out tasks",
+                 f"Test top-1 score of each pair's model minus its reference's on the same held-out tasks, mean over "
+                 f"seeds, with a {E.LEVEL:.0%} paired bootstrap interval over the tasks (the `mean` rows: over "
+                 f"networks, each resampled on its own), as the section against {E.REFERENCE} gives it.",
+                 interval_report(pairs))
     features = tables.get("features")
     if features is not None and len(features):
         text += _section("Feature sets, paired over runs",
@@ -405,8 +428,9 @@ def run(cfg) -> dict:
     frame = E.run_frame(tracking.with_split_tags(runs))
     tables = {"ablation": E.ablation_table(E.heldout_table(frame), select)}
     frame = E.with_random_rows(frame)
+    pairs = model_pairs(cfg, set(frame["model"]))
     tables.update(heldout=E.heldout_table(frame), splits=E.split_table(frame), **heldout_task_tables(ws, runs),
-                  margins=E.paired_over_runs(frame, select, model_pairs(cfg, set(frame["model"]))),
+                  margins=E.paired_over_runs(frame, select, pairs), pairs=pair_intervals(ws, runs, pairs),
                   features=E.feature_margins(frame))
     if cfg.compare.get("against"):
         tables["against"] = against_intervals(cfg, ws, store, runs)
@@ -415,7 +439,7 @@ def run(cfg) -> dict:
     heldout, splits = tables["heldout"], tables["splits"]
     paths["evaluation"].write_text(evaluation_text(cfg, ws, what, select, tables, validation_networks(runs)))
     files = [paths[k] for k in ("csv", "md", "evaluation", "heldout", "splits", "ablation", "intervals", "margins",
-                                "per_task", "features", "against")
+                                "pairs", "per_task", "features", "against")
              if k in paths]
     if len(splits):
         chart = splits.assign(run=splits["model"] + "/" + splits["features"] + "/" + splits["split"])
@@ -440,5 +464,5 @@ def run(cfg) -> dict:
               f"them (MLflow run {run_id})")
     return {"runs": len(table), "report": str(paths["md"]), "evaluation": str(paths["evaluation"]),
             "heldout_rows": len(heldout), "ablation_rows": len(tables["ablation"]),
-            "margins_rows": len(tables["margins"]),
+            "margins_rows": len(tables["margins"]), "pairs_rows": len(tables["pairs"]),
             **({"against_rows": len(tables["against"])} if "against" in tables else {})}
