@@ -348,10 +348,7 @@ def test_hardware_slug():
 
 
 def committed(kind: str) -> list[Path]:
-    if not COMMITTED.is_dir():
-        return []
-    return sorted(p for p in COMMITTED.iterdir() if (p / R.MANIFEST).is_file()
-                  and json.loads((p / R.MANIFEST).read_text()).get("kind") == kind)
+    return R.releases(COMMITTED, kind=kind)
 
 
 @pytest.mark.parametrize("folder", committed("dataset") + committed("model"), ids=lambda p: p.name)

@@ -132,6 +132,14 @@ def hardware_of(meas) -> dict:
     return {**hosts[0], "hosts": hosts}
 
 
+def releases(root: Path, kind: str | None = None) -> list[Path]:
+    """The release folders directly under `root` (those with a manifest), of `kind`
+    (dataset | model; None: every kind), sorted by name."""
+    root = Path(root)
+    found = sorted(p.parent for p in root.glob(f"*/{MANIFEST}")) if root.is_dir() else []
+    return [p for p in found if kind is None or read_manifest(p).get("kind") == kind]
+
+
 def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
     """The folder of a release given by path or by name (looked up in each `search` folder)."""
     if name_or_path is None or str(name_or_path).strip() in ("", "None"):
@@ -149,8 +157,7 @@ def find(name_or_path: str | Path, search: Iterable[Path]) -> Path:
         searched.append(str(Path(root).expanduser()))
         if (folder / MANIFEST).is_file():
             return folder.resolve()
-    known = sorted({p.name for root in search if Path(root).expanduser().is_dir()
-                    for p in Path(root).expanduser().iterdir() if (p / MANIFEST).is_file()})
+    known = sorted({p.name for root in search for p in releases(Path(root).expanduser())})
     raise ReleaseError(f"no release {name_or_path!r} in {', '.join(dict.fromkeys(searched))}: give one of "
                        f"{', '.join(known) or '(none there)'} or the path of a release folder, or add the folder that holds "
                        f"it to PIPELINE_RELEASES")
@@ -210,7 +217,7 @@ def verify(folder: str | Path, *, kind: str | None = None) -> dict:
                                f"again (git checkout -- {folder} in a clone)")
         if not f.is_file():
             try:
-                data = gzip.decompress(packed.read_bytes())
+                data = D.read_bytes(packed)
             except (OSError, EOFError, gzip.BadGzipFile):
                 data = b""
             same = len(data) == int(entry["bytes"]) and hashlib.sha256(data).hexdigest() == entry["sha256"]
@@ -252,13 +259,12 @@ def compact(folder: str | Path) -> dict:
         data = plain.read_bytes()
         D.write_gzipped(folder / f"{rel}.gz", data)
         packed = _compacted(folder, rel)
-        if gzip.decompress(packed.read_bytes()) != data:
+        if D.read_bytes(packed) != data:
             packed.unlink()
             raise ReleaseError(f"{packed}: the gzipped database does not unpack to {plain}; the plain file is "
                                f"kept (is the disk full?)")
         before, after, done = before + len(data), after + packed.stat().st_size, done + 1
         plain.unlink()
-    verify(folder, kind="dataset")
     return {"release": manifest["name"], "files": done, "bytes_before": before, "bytes_after": after}
 
 

@@ -201,8 +201,7 @@ def compact_releases(cfg) -> dict:
         if names != "all":
             raise R.ReleaseError(f"release.compact={names}: give a list of dataset releases (names or folders), "
                                  f"or all")
-        folders = [p.parent for p in sorted(root.glob(f"*/{R.MANIFEST}"))
-                   if R.read_manifest(p.parent).get("kind") == "dataset"]
+        folders = R.releases(root, kind="dataset")
     else:
         folders = [R.find(str(n), R.search_path(root)) for n in names]
     done = [R.compact(folder) for folder in folders]
