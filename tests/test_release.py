@@ -366,7 +366,7 @@ def test_committed_releases_stay_compact():
     assert sum(f.stat().st_size for f in files) < 300e6
 
 
-GPU_RELEASE = COMMITTED / "zoo_ops-h200-h200-v1"
+GPU_RELEASE = COMMITTED / "zoo_ops-h200-h200-v2"
 
 
 @pytest.mark.skipif(not GPU_RELEASE.is_dir(), reason=f"{GPU_RELEASE} is not committed")
@@ -380,19 +380,19 @@ def test_the_gpu_release_trains_on_real_counters_without_a_gpu(tmp_path):
     out = run_stage("train", over)
     ws = workspace_of(compose(over))
     ncu = build_table(ws, "profiler", exclude=list(compose(over).features.profiler.exclude)).frame
-    assert len(ncu) == 139 and {"profiler.sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    assert len(ncu) == 265 and {"profiler.sm__throughput.avg.pct_of_peak_sustained_elapsed",
                                 "profiler.dram__bytes_read.sum"} <= set(ncu.columns)
     assert not [c for c in ncu.columns if "time_duration" in c]  # the label's own measure is left out
-    assert len(build_table(ws, "static").frame) == 160  # every timed record
+    assert len(build_table(ws, "static").frame) == 278  # every timed record
     assert out["runs"] == 3 and out["skipped_feature_sets"] == 0
-    # train.same_records: the 21 timed records without counters leave every set
+    # train.same_records: the 13 timed records without counters leave every set
     from mlflow import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert sorted(r.data.tags["features"] for r in runs) == ["all", "profiler", "static"]
     assert {r.data.params["split.sizes"] for r in runs} == {runs[0].data.params["split.sizes"]}
-    assert sum(json.loads(runs[0].data.params["split.sizes"]).values()) == 139
+    assert sum(json.loads(runs[0].data.params["split.sizes"]).values()) == 265
 
 
 @pytest.mark.slow
