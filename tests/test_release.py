@@ -177,6 +177,12 @@ def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
         assert identity.task_id(D.load_workload_mod(workloads[task.workload_index])) == task.task_id
     db = ms.database.JSONDatabase(str(ws.db_workload), str(ws.db_tuning_record))
     assert len(db.get_all_tuning_records()) == 24
+    # Released again with its labels: timed there is the whole chain's count, not the top release's.
+    out = run_stage("release", [*mine, f"paths.releases={tmp_path / 'rel2'}"])
+    again = R.verify(tmp_path / "rel2" / out["release"])
+    assert again["derived_from"]["name"] == grown.name and again["derived_from"]["labels"]
+    timed_there = again["derived_from"]["measured_ok"]
+    assert timed_there == again["counts"]["measured_ok"] == 24 > manifest["counts"]["measured_ok"]
 
     # The base changed after the release was made on it: refused, naming it.
     manifest_file = base / R.MANIFEST

@@ -87,6 +87,14 @@ def record_lines(ws: Workspace) -> list[str]:
     return [r.to_line() for r in lines]
 
 
+def released_ok(origin: dict) -> int | None:
+    """The kernels timed without error in the release a workspace was made from, over every
+    release of its chain (each manifest counts only its own tasks)."""
+    parts = origin.get("parts") or [origin]
+    counts = [(p.get("counts") or {}).get("measured_ok") for p in parts]
+    return None if None in counts else sum(counts)
+
+
 def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -> dict:
     ws.read("tasks", require=True)
     tasks = released_rows(ws, "tasks", drop_tasks)
@@ -100,7 +108,7 @@ def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -
         "dataset": (origin or {}).get("dataset") or str(cfg.dataset.name),
         "selection": selection,
         "derived_from": ({k: origin.get(k) for k in ("name", "hardware", "labels")}
-                         | {"measured_ok": (origin.get("counts") or {}).get("measured_ok")}) if origin else None,
+                         | {"measured_ok": released_ok(origin)}) if origin else None,
         "target": {"name": str(cfg.target.name), "kind": str(cfg.target.tvm.kind),
                    "tvm": sorted(set(tasks["target"]))},
         "hardware": R.hardware_of(last),
