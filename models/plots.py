@@ -183,8 +183,8 @@ def dataset_overview(per_task: pd.DataFrame, latencies: pd.DataFrame, note: str 
     groups = [latencies.loc[latencies["task"] == t, "latency_s"].to_numpy() * 1e6 for t in per_task["task"]]
     have = [i for i, g in enumerate(groups) if len(g)]
     if have:  # no task measured yet (e.g. a collect bundle exported before any timing): no boxes
-        ax_l.boxplot([groups[i] for i in have], positions=y[have], vert=False, widths=0.6, showfliers=True,
-                     flierprops={"markersize": 2}, manage_ticks=False)
+        ax_l.boxplot([groups[i] for i in have], positions=y[have], orientation="horizontal", widths=0.6,
+                     showfliers=True, flierprops={"markersize": 2}, manage_ticks=False)
         ax_l.set_xscale("log")
     ax_l.set_xlabel("latency (us), per candidate")
     for ax in (ax_n, ax_f, ax_l):
