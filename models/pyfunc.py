@@ -49,6 +49,7 @@ MODEL_NAME = "model"  # the logged model's name in its run
 #: how the shipped loader scores each library's model (models/pyfunc_model.py)
 PREDICTORS = {"lightgbm": "trees", "xgboost": "trees", "mlp": "mlp", "ms_xgb": "pack_sum"}
 ENSEMBLE = "ensemble"  # models.ensemble.EnsembleModel's library: members scored by the loader
+COUNTERS = "counters"  # models.counters.CounterModel's library: counter boosters, then the latency booster
 #: the package each native flavor needs
 PACKAGES = {"lightgbm": "lightgbm", "xgboost": "xgboost", "pytorch": "torch"}
 #: files every flavor's save_model writes for the model as a whole, kept from the pyfunc's
@@ -73,7 +74,7 @@ def pins(*packages: str) -> list[str]:
 def requirements(model: CostModel) -> list[str]:
     members = getattr(model, "members", {}).values()  # an ensemble: its members' libraries
     libraries = [PACKAGES[m.flavor] for m in (*members, model) if m.flavor in PACKAGES]
-    return pins("mlflow", "numpy", "pandas", *dict.fromkeys(libraries))
+    return pins("mlflow", "numpy", "pandas", *dict.fromkeys([*libraries, *getattr(model, "packages", ())]))
 
 
 def stored_names(table) -> dict[str, str]:
@@ -95,6 +96,8 @@ def contract(model: CostModel, table, device: str) -> dict:
     """What the shipped loader needs (input.json): how to read the input, how to score it."""
     if model.library == ENSEMBLE:
         return ensemble_contract(model, table, device)
+    if model.library == COUNTERS:
+        return counters_contract(model, table, device)
     if model.library not in PREDICTORS or model.flavor not in PACKAGES:
         raise PortableModelError(f"model {model.name!r} (library {model.library!r}, flavor {model.flavor!r}) has no "
                                  f"portable predictor in models/pyfunc_model.py; known: {', '.join(PREDICTORS)}")
@@ -141,6 +144,24 @@ def ensemble_contract(model: CostModel, table, device: str) -> dict:
             "target_kind": model.spec.target_kind, "calibrated": bool(model.calibrated), "members": members}
 
 
+def counters_contract(model: CostModel, table, device: str) -> dict:
+    """A counter model's input.json: its static input, the counter boosters (one per counter,
+    in order; null for a counter it could not fit) and the latency model's booster, which
+    reads the static columns then the predicted counters."""
+    names = stored_names(table)
+    latency = model.latency
+    return {"format": 1, "model": model.name, "library": model.library, "flavor": model.flavor,
+            "predictor": COUNTERS, "feature_set": model.spec.feature_set, "input": model.spec.input,
+            "tables": input_tables(model, table, device), "columns": [names.get(c, c) for c in model.spec.columns],
+            "store_columns": [], "target_kind": model.spec.target_kind, "calibrated": bool(model.calibrated),
+            "counters": [names.get(c, c) for c in model.counters],
+            "counter_files": [model_file if b is not None else None
+                              for model_file, b in zip(model.counter_files, model.boosters)],
+            "latency": {"model": latency.name, "library": latency.library, "predictor": "trees",
+                        "columns": list(latency.spec.columns), "store_columns": [],
+                        "file": f"latency/{pyfunc_model.BOOSTER_FILES[latency.library]}"}}
+
+
 def input_example(model: CostModel, table, spec: dict, rows: int = 4) -> pd.DataFrame:
     """The first records of the training table, as the stored tables have them."""
     part = table.take(np.arange(min(len(table), rows)))
@@ -168,7 +189,8 @@ def log_model(model: CostModel, table, *, device: str):
         return Model.log(None, name=MODEL_NAME, flavor=SimpleNamespace(save_model=save_model), flavor_name=model.flavor,
                          model=model, data=data, signature=signature(spec),
                          input_example=input_example(model, table, spec), pip_requirements=requirements(model),
-                         metadata={k: v for k, v in spec.items() if k not in ("scalers", "members")})
+                         metadata={k: v for k, v in spec.items()
+                                   if k not in ("scalers", "members", "latency", "counter_files")})
 
 
 def save_model(path, mlflow_model: Model, *, model: CostModel, data: Path, signature, input_example,

@@ -5,8 +5,9 @@ MLflow copies this file into each logged model (`code/pyfunc_model.py`, MLflow's
 flavor), so it imports nothing from this project: a model loads wherever its own
 requirements (`requirements.txt`: mlflow, numpy, pandas and the model's library) are
 installed. The trained model itself is the model's native flavor (lightgbm, xgboost or
-pytorch, in the same MLflow model), loaded through that flavor; an ensemble, which has no
-single library object, reads its members' boosters from the model's data folder.
+pytorch, in the same MLflow model), loaded through that flavor; an ensemble or a counter
+model (counters predicted from static features, then latency), which have no single
+library object, read their boosters from the model's data folder.
 
 Input: the workspace's feature tables as stored, under their Parquet column names
 (`input.json`, also in the model's metadata and signature, lists them):
@@ -159,6 +160,23 @@ class EnsemblePredictor(CostModelPredictor):
         return out / total
 
 
+class CounterPredictor(CostModelPredictor):
+    """Counters predicted from the static columns (one LightGBM booster each), then latency
+    from both by the latency model's booster (models/counters.py)."""
+
+    def __init__(self, counters: list, latency: CostModelPredictor, contract: dict):
+        super().__init__(None, contract)
+        self.counters = counters
+        self.latency = latency
+
+    def scores(self, records, stores, offsets) -> np.ndarray:
+        if len(records) == 0:
+            return np.zeros(0, np.float64)
+        predicted = [np.full(len(records), np.nan) if b is None else np.asarray(b.predict(records), np.float64)
+                     for b in self.counters]
+        return self.latency.scores(np.hstack([records, np.column_stack(predicted)]).astype(np.float32), None, None)
+
+
 def load_booster(library: str, path: Path):
     """A booster saved by the project's own save, read with its library alone."""
     if library == "lightgbm":
@@ -177,6 +195,11 @@ def load(model_root: str | Path, contract: dict, data: str | Path | None = None)
         members = {k: CostModelPredictor(load_booster(c["library"], Path(data) / c["file"]), c)
                    for k, c in contract["members"].items()}
         return EnsemblePredictor(members, contract)
+    if contract["predictor"] == "counters":
+        counters = [None if f is None else load_booster("lightgbm", Path(data) / f) for f in contract["counter_files"]]
+        latency = contract["latency"]
+        booster = load_booster(latency["library"], Path(data) / latency["file"])
+        return CounterPredictor(counters, CostModelPredictor(booster, latency), contract)
     flavor = importlib.import_module(f"mlflow.{contract['flavor']}")  # the model's own library only
     return CostModelPredictor(flavor.load_model(str(model_root)), contract)
 

@@ -27,7 +27,7 @@ ALL = "all"
 
 #: the classes a saved model.json may name ("class"), so loading imports nothing else
 SAVED_CLASSES = ("models.gbdt.LGBMModel", "models.gbdt.XGBModel", "models.mlp.MLPModel",
-                 "models.baseline.MSXGBModel", "models.ensemble.EnsembleModel")
+                 "models.baseline.MSXGBModel", "models.ensemble.EnsembleModel", "models.counters.CounterModel")
 
 
 class UnknownModelError(ValueError):

@@ -216,11 +216,12 @@ def log_run(store: Store, *, model, table, split, evals: dict, timing: dict, pre
             features_cfg: dict | None = None) -> str:
     """Log one trained model and its evaluation as an MLflow run; returns the run id."""
     exp_id = setup(store)
-    fs = table.spec.feature_set if model.name != "ms_xgb" else "static"
+    fs = model.spec.feature_set  # what it reads (static for ms_xgb and a counter model); trained_on: its table's
     run_name = f"{model.name}-{fs}-{split.kind}"
     tags = {"stage": TRAIN, "model": model.name, "features": fs, "split": split.kind, "heldout": split.heldout,
             "split_seed": str(split.seed), **store.tags, "input": model.spec.input,
-            "calibrated": str(model.calibrated), "flavor": model.flavor, "target_kind": table.spec.target_kind}
+            "calibrated": str(model.calibrated), "flavor": model.flavor, "target_kind": table.spec.target_kind,
+            "trained_on": table.spec.feature_set}
     with mlflow.start_run(experiment_id=exp_id, run_name=run_name, tags=tags) as run:
         params = run_params(store.config, model_cfg, features_cfg or {})
         params.update({"model.library": model.library, "split.seed_used": str(split.seed),
