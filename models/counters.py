@@ -183,12 +183,12 @@ class CounterModel(CostModel):
         folder = Path(folder)
         self._save_common(folder)
         (folder / "counters").mkdir(parents=True, exist_ok=True)
-        for j, b in enumerate(self.boosters):
+        for f, b in zip(self.counter_files, self.boosters):
             if b is not None:
-                b.save_model(str(folder / COUNTER_FILE.format(j)))
+                b.save_model(str(folder / f))
         (folder / "counters.json").write_text(json.dumps(
-            {"table_spec": json.loads(self.table_spec.to_json()), "counters": self.counters,
-             "fitted": [b is not None for b in self.boosters]}, indent=2))
+            {"table_spec": json.loads(self.table_spec.to_json()), "fitted": [b is not None for b in self.boosters]},
+            indent=2))
         self.latency.save(folder / "latency")
 
     @classmethod
@@ -196,14 +196,10 @@ class CounterModel(CostModel):
         folder = Path(folder)
         meta = json.loads((folder / "model.json").read_text())
         saved = json.loads((folder / "counters.json").read_text())
-        m = cls.__new__(cls)
-        CostModel.__init__(m, FeatureSpec.from_json((folder / "features.json").read_text()),
-                           hyperparams=meta["params"], name=meta["name"], seed=meta["seed"])
-        m.table_spec = FeatureSpec.from_json(json.dumps(saved["table_spec"]))
-        m.counters = saved["counters"]
-        m.predicted = [PREDICTED + c[len(PROFILER):] for c in m.counters]
-        m.boosters = [lgb.Booster(model_file=str(folder / COUNTER_FILE.format(j))) if fitted else None
-                      for j, fitted in enumerate(saved["fitted"])]
+        m = cls(FeatureSpec.from_json(json.dumps(saved["table_spec"])), name=meta["name"], seed=meta["seed"],
+                **meta["params"])
+        m.boosters = [lgb.Booster(model_file=str(folder / f)) if fitted else None
+                      for f, fitted in zip(m.counter_files, saved["fitted"])]
         m.latency = registry.load(folder / "latency")
         m.info = meta.get("info", {})
         return m
