@@ -77,6 +77,22 @@ def test_the_latency_model_reads_predicted_counters_and_learns_from_them(trained
     assert not [c for c in model.counters if "time_duration" in c]  # not the label's own measure
 
 
+def test_it_scores_metaschedule_candidates_that_never_ran(trained):
+    """Through the tuning adapter, on CUDA candidates rebuilt from the release's traces (no
+    GPU: nothing is compiled or run, the features come from the schedules)."""
+    from test_adapter import _task_candidates
+    from tvm.s_tir import meta_schedule as ms
+
+    from pipeline.tuning.cost_model import PipelineCostModel
+
+    over, _, run = trained
+    cm = PipelineCostModel.from_uri(f"runs:/{run.info.run_id}/model", threads=1)
+    ctx, cands, _, _ = _task_candidates(workspace_of(compose(over)).root)
+    assert str(ctx.target.kind) == "cuda" and len(cands) > 0
+    scores = ms.cost_model.CostModel.predict(cm, ctx, cands)  # as MetaSchedule's search calls it
+    assert len(scores) == len(cands) and np.isfinite(scores).all()
+
+
 def test_a_table_without_counters_is_refused_naming_features_all():
     cfg = OmegaConf.to_container(compose(["model=counters"]).model)
     with pytest.raises(ValueError, match="trains on features=all"):
