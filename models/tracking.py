@@ -508,10 +508,13 @@ def _log_values(values: dict) -> None:
 
 
 def uri_run(uri: str) -> tuple[str | None, str | None, str | None]:
-    """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown)."""
+    """(run id, registered name, version) of a models:/ or runs:/ URI (None where unknown);
+    `models:/m-<id>` is a logged model (a run's tag pyfunc_model_uri), of no registered name."""
     client = MlflowClient()
     if uri.startswith("models:/"):
         ref = uri[len("models:/"):].strip("/")
+        if "/" not in ref and "@" not in ref:
+            return mlflow.get_logged_model(ref).source_run_id, None, None
         if "@" in ref:
             name, alias = ref.split("@", 1)
             mv = client.get_model_version_by_alias(name, alias)

@@ -86,7 +86,8 @@ def test_it_scores_metaschedule_candidates_that_never_ran(trained):
     from pipeline.tuning.cost_model import PipelineCostModel
 
     over, _, run = trained
-    cm = PipelineCostModel.from_uri(f"runs:/{run.info.run_id}/model", threads=1)
+    cm = PipelineCostModel.from_uri(run.data.tags["pyfunc_model_uri"], threads=1)  # models:/m-<id>, as logged
+    assert cm.info["run_id"] == run.info.run_id and cm.info["test_tasks"]  # its held-out tasks known
     ctx, cands, _, _ = _task_candidates(workspace_of(compose(over)).root)
     assert str(ctx.target.kind) == "cuda" and len(cands) > 0
     scores = ms.cost_model.CostModel.predict(cm, ctx, cands)  # as MetaSchedule's search calls it
