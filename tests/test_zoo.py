@@ -135,7 +135,8 @@ def test_networks_run_in_torch():
     # (facebook/levit-128 with its distillation head); torchvision's googlenet without its
     # training-only auxiliary classifiers; torchvision's mnasnet0_5, alexnet and regnet_x_400mf;
     # PointNet as pointnet.pytorch builds it (PointNetCls, 40 classes, with the feature transform);
-    # torchvision's mobilenet_v3_large and vgg11
+    # torchvision's mobilenet_v3_large and vgg11; sentence-transformers' all-MiniLM-L6-v2
+    # 22,713,216 less its 30,522 x 384 word embedding (the input here) and its unused pooler
     published = {"squeezenet": 1_235_496, "mobilenet_v3": 2_542_856, "resnext50": 25_028_904, "vit": 22_050_664,
                  "convnext_tiny": 28_589_128, "shufflenet_v2": 2_278_604, "mlp_mixer": 18_528_264,
                  "efficientnet_b0": 5_288_548, "smollm_decoder": 134_515_008 - 49_152 * 576, "wav2vec2": 94_370_816,
@@ -146,7 +147,8 @@ def test_networks_run_in_torch():
                  "segformer_b0": 3_752_694, "hifigan": 12_656_257, "poolformer_s12": 11_915_176,
                  "superpoint": 1_300_865, "levit_128": 9_213_936, "googlenet": 6_624_904,
                  "mnasnet": 2_218_512, "alexnet": 61_100_840, "regnet_x_400mf": 5_495_976,
-                 "pointnet": 3_471_473, "mobilenet_v3_large": 5_483_032, "vgg11": 132_863_336}
+                 "pointnet": 3_471_473, "mobilenet_v3_large": 5_483_032, "vgg11": 132_863_336,
+                 "minilm_l6": 22_713_216 - 30_522 * 384 - (384 * 384 + 384)}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -160,7 +162,8 @@ def test_networks_run_in_torch():
                         ("segformer_b0", (1, 150, 64, 64)), ("hifigan", (1, 8192)),
                         ("poolformer_s12", (1, 1000)), ("levit_128", (1, 1000)), ("googlenet", (1, 1000)),
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
-                        ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000))]:
+                        ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
+                        ("minilm_l6", (1, 384))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape

@@ -2039,6 +2039,22 @@ class VGG11(nn.Module):
         return self.classifier(self.avgpool(self.features(x)).flatten(1))
 
 
+class SentenceMiniLM(nn.Module):
+    """A sentence-embedding encoder, all-MiniLM-L6-v2's shape: BERT's post-LN layers at hidden 384,
+    12 heads of 32, intermediate 1536, 6 layers, 128 tokens (the embedding LayerNorm and every
+    layer as `BertEncoder` computes them), then the sentence-transformers head: the mean over
+    tokens (no padding mask) and division by the L2 norm. Input: already looked-up word
+    embeddings [batch, seq, 384]; output: unit-length sentence embeddings [batch, 384]."""
+
+    def __init__(self, layers: int = 6, seq: int = 128):
+        super().__init__()
+        self.encoder = BertEncoder(BertConfig(hidden=384, heads=12, intermediate=1536, layers=layers, seq=seq))
+        self.example_shape = (seq, 384)
+
+    def forward(self, words):
+        return nn.functional.normalize(self.encoder(words).mean(dim=1), dim=-1)
+
+
 # ------------------------------------------------------------------ PointNet (Qi et al. 2017)
 
 
@@ -2125,7 +2141,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
-            "vgg11": VGG11}
+            "vgg11": VGG11, "minilm_l6": SentenceMiniLM}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
