@@ -30,14 +30,12 @@ from omegaconf import DictConfig, OmegaConf
 from models import registry
 from models.base import CostModel, FeatureSpec
 from models.gbdt import safe_names
+from models.metrics import r2
+from models.pyfunc_model import compress
 
 STATIC, PROFILER, PREDICTED = "static.", "profiler.", "predicted."
 COUNTER_FILE = "counters/{}.lgb.txt"
 TREES = ("lightgbm", "xgboost")  # the latency model's libraries: trees on one row per record
-
-
-def signed_log(x: np.ndarray) -> np.ndarray:
-    return np.sign(x) * np.log1p(np.abs(x))
 
 
 class CounterModel(CostModel):
@@ -47,7 +45,6 @@ class CounterModel(CostModel):
     name = "counters"
     library = "counters"
     flavor = ""  # two stages of boosters: logged as the pyfunc only
-    packages = ("lightgbm",)  # the counter models' library, beside the latency model's
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", latency: dict | None = None, folds: int = 3,
                  counter_rounds: int = 60, counter_params: dict | None = None, seed: int = 0, threads: int = 0):
@@ -79,9 +76,10 @@ class CounterModel(CostModel):
         self.boosters: list[lgb.Booster | None] = []
 
     @property
-    def members(self) -> dict[str, CostModel]:
-        """The models it is made of that have a library flavor (pyfunc requirements)."""
-        return {"latency": self.latency}
+    def packages(self) -> tuple[str, ...]:
+        """The libraries its logged model needs (pyfunc requirements): LightGBM for the counter
+        regressors, the latency model's (a tree library, named as its package)."""
+        return tuple(dict.fromkeys(("lightgbm", self.latency.library)))
 
     def _params(self) -> dict:
         # one thread: a counter's regressor sees a few hundred to a few thousand rows, where
@@ -122,7 +120,7 @@ class CounterModel(CostModel):
 
     def fit(self, train, val) -> dict:
         X = train.frame[self.spec.columns].to_numpy(np.float32, na_value=np.nan)
-        Y = signed_log(train.frame[self.counters].to_numpy(np.float64, na_value=np.nan))
+        Y = compress(train.frame[self.counters].to_numpy(np.float64, na_value=np.nan))
         tasks, _ = pd.factorize(train.frame["task_id"], sort=True)
         n_tasks = int(tasks.max()) + 1 if len(tasks) else 0
         folds = min(self.hyperparams["folds"], n_tasks)
@@ -139,7 +137,7 @@ class CounterModel(CostModel):
         Xv = val.frame[self.spec.columns].to_numpy(np.float32, na_value=np.nan) if len(val) else X[:0]
         Pv = self.counters_of(Xv)
         latency = self.latency.fit(self._with_counters(train, across), self._with_counters(val, Pv))
-        Yv = signed_log(val.frame[self.counters].to_numpy(np.float64, na_value=np.nan)) if len(val) else Y[:0]
+        Yv = compress(val.frame[self.counters].to_numpy(np.float64, na_value=np.nan)) if len(val) else Y[:0]
         quality = {c: {"r2_across_tasks": r2(Y[:, j], across[:, j]), "r2_val": r2(Yv[:, j], Pv[:, j])}
                    for j, c in enumerate(self.counters)}
         self.info = {**latency, "counters": quality, "folds": folds,
@@ -203,12 +201,3 @@ class CounterModel(CostModel):
         m.latency = registry.load(folder / "latency")
         m.info = meta.get("info", {})
         return m
-
-
-def r2(y: np.ndarray, p: np.ndarray) -> float:
-    """Coefficient of determination over the finite pairs (NaN with fewer than 2)."""
-    ok = np.isfinite(y) & np.isfinite(p)
-    if ok.sum() < 2:
-        return float("nan")
-    ss = float(np.sum((y[ok] - y[ok].mean()) ** 2))
-    return float(1.0 - np.sum((y[ok] - p[ok]) ** 2) / ss) if ss > 0 else float("nan")

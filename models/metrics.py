@@ -129,16 +129,23 @@ def _corr(fn, y, s) -> float:
     return float(fn(y, s).statistic)
 
 
+def r2(y: np.ndarray, p: np.ndarray) -> float:
+    """Coefficient of determination over the finite pairs (NaN with fewer than 2)."""
+    ok = np.isfinite(y) & np.isfinite(p)
+    if ok.sum() < 2:
+        return float("nan")
+    ss = float(np.sum((y[ok] - y[ok].mean()) ** 2))
+    return float(1.0 - np.sum((y[ok] - p[ok]) ** 2) / ss) if ss > 0 else float("nan")
+
+
 def task_metrics(labels: np.ndarray, scores: np.ndarray, calibrated: bool = True, seed: int = 0) -> dict[str, float]:
     """Every per-task metric for one task's records."""
     y = np.asarray(labels, dtype=np.float64)
     s = np.asarray(scores, dtype=np.float64)
     out = {}
     if calibrated:
-        err = s - y
-        out["rmse"] = float(np.sqrt(np.mean(err**2)))
-        ss = np.sum((y - y.mean()) ** 2)
-        out["r2"] = float(1.0 - np.sum(err**2) / ss) if ss > 0 else float("nan")
+        out["rmse"] = float(np.sqrt(np.mean((s - y) ** 2)))
+        out["r2"] = r2(y, s)
     else:
         out["rmse"] = out["r2"] = float("nan")
     out["spearman"] = _corr(stats.spearmanr, y, s)

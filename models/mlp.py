@@ -22,7 +22,7 @@ import torch
 
 from models.base import CostModel, FeatureSpec
 from models.metrics import STOP_METRICS, ranking_metric
-from models.pyfunc_model import standardize
+from models.pyfunc_model import compress, standardize
 from models.tables import gather_segments
 
 
@@ -81,15 +81,11 @@ class Scaler:
     def __init__(self, mean: np.ndarray | None = None, std: np.ndarray | None = None):
         self.mean, self.std = mean, std
 
-    @staticmethod
-    def _compress(x: np.ndarray) -> np.ndarray:
-        return np.sign(x) * np.log1p(np.abs(x))
-
     def fit(self, x: np.ndarray, max_rows: int = 1 << 18, seed: int = 0) -> "Scaler":
         """Statistics from at most `max_rows` rows (a seeded sample): bounded memory at scale."""
         if len(x) > max_rows:
             x = x[np.sort(np.random.default_rng(seed).choice(len(x), max_rows, replace=False))]
-        z = self._compress(x.astype(np.float64))
+        z = compress(x.astype(np.float64))
         self.mean = np.nan_to_num(np.nanmean(z, axis=0)) if len(z) else np.zeros(x.shape[1])
         std = np.nan_to_num(np.nanstd(z, axis=0)) if len(z) else np.ones(x.shape[1])
         self.std = np.where(std > 1e-8, std, 1.0)

@@ -66,9 +66,15 @@ def frame_arrays(df: pd.DataFrame, columns: list[str], store_columns: list[str],
     return list(uniques), records, stores, offsets
 
 
+def compress(x: np.ndarray) -> np.ndarray:
+    """sign(x)·log1p|x|: counts and sizes spanning decades on one scale (the MLP's inputs, the
+    counter model's targets)."""
+    return np.sign(x) * np.log1p(np.abs(x))
+
+
 def standardize(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """sign(x)·log1p|x|, then (z - mean) / std; NaN -> 0 (the mean): the MLP's input scaling."""
-    z = np.sign(x) * np.log1p(np.abs(x.astype(np.float64)))
+    """compress(x), then (z - mean) / std; NaN -> 0 (the mean): the MLP's input scaling."""
+    z = compress(x.astype(np.float64))
     return np.nan_to_num((z - mean) / std, nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
 
 

@@ -55,6 +55,8 @@ def test_trained_on_counters_it_reads_static_features_only(trained):
     static = pd.read_parquet(ws.root / "features" / "static")
     portable = mlflow.pyfunc.load_model(uri)
     assert portable.metadata.metadata["tables"] == ["features/static"]
+    needs = open(mlflow.pyfunc.get_model_dependencies(uri)).read()
+    assert "lightgbm==" in needs and "torch" not in needs  # the boosters' library, nothing the MLP needs
     scores = portable.predict(static)
     table = build_table(ws, "all")
     own = pd.DataFrame({"record_id": table.frame["record_id"], "own": model.predict(table)})
@@ -101,3 +103,7 @@ def test_a_table_without_counters_is_refused_naming_features_all():
     mlp = OmegaConf.to_container(compose(["model=mlp"]).model)
     with pytest.raises(ValueError, match="not a GBDT on record rows"):
         registry.create({**cfg, "latency": mlp}, FeatureSpec("all", ["static.sum.float_mad", "profiler.x"], [], "cuda"))
+    # An XGBoost latency model: its logged model needs both libraries.
+    xgb = OmegaConf.to_container(compose(["model=xgb"]).model)
+    both = registry.create({**cfg, "latency": xgb}, FeatureSpec("all", ["static.sum.float_mad", "profiler.x"], [], "cuda"))
+    assert {r.split("==")[0] for r in pyfunc.requirements(both)} >= {"lightgbm", "xgboost"}
