@@ -158,6 +158,9 @@ def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     assert manifest["extends"]["name"] == base.name and manifest["extends"]["total"]["tasks"] == 3
     assert pq.read_table(grown / R.TABLES_DIR / "tasks.parquet")["task_id"].to_pylist() == [new_task]
     assert set(pq.read_table(grown / R.TABLES_DIR / "candidates.parquet")["task_id"].to_pylist()) == {new_task}
+    timed = R.verify(base)["counts"]["measured_ok"] + manifest["counts"]["measured_ok"]
+    assert manifest["extends"]["total"]["measured_ok"] == timed
+    assert f"3 tasks ({timed:,} timed without error); networks" in (grown / R.DATASET_CARD).read_text()
     assert "Extends release `ops-llvm-x-v3`" in (grown / R.DATASET_CARD).read_text()
     alone = ms.database.JSONDatabase(*map(str, D.unpack_database(grown, tmp_path / "grown-db")))
     own = pq.read_table(grown / R.TABLES_DIR / "candidates.parquet").num_rows

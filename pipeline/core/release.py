@@ -292,6 +292,12 @@ def chain(folder: str | Path) -> list[tuple[Path, dict]]:
         folder = found
 
 
+def _timed_ok(counts: dict) -> str:
+    """' (N timed without error)' where the counts say (totals of releases before the
+    twenty-seventh do not)."""
+    return f" ({counts['measured_ok']:,} timed without error)" if counts.get("measured_ok") is not None else ""
+
+
 def total_counts(manifest: dict) -> dict:
     """The counts of a dataset release with those of every release it extends."""
     return (manifest.get("extends") or {}).get("total") or manifest["counts"]
@@ -573,7 +579,7 @@ def dataset_card(m: dict) -> str:
         f"# {m['name']}", "",
         f"A dataset of MetaSchedule schedule candidates for the `{m['dataset']}` workloads on target "
         f"`{m['target']['name']}` ({m['target']['kind']}), each built and timed on {hw.get('hardware')}: "
-        f"{counts['records']:,} records of {counts['tasks']} tasks ({counts['measured_ok']:,} timed without error); "
+        f"{counts['records']:,} records of {counts['tasks']} tasks{_timed_ok(counts)}; "
         f"networks: {nets}.", "",
     ]
     if m.get("description"):
@@ -582,7 +588,8 @@ def dataset_card(m: dict) -> str:
         e, total = m["extends"], m["extends"]["total"]
         lines += [f"Extends release `{e['name']}` (pinned by the sha256 of its manifest) and holds only the tasks it "
                   f"does not. `dataset=release dataset.release={m['name']}` makes one workspace of both: "
-                  f"{total['records']:,} records of {total['tasks']} tasks; networks: {', '.join(total['networks'])}.",
+                  f"{total['records']:,} records of {total['tasks']} tasks{_timed_ok(total)}; networks: "
+                  f"{', '.join(total['networks'])}.",
                   ""]
     if m.get("derived_from"):
         lines += [_card_origin(m["derived_from"], counts["measured_ok"]), ""]

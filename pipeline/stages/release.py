@@ -87,12 +87,18 @@ def record_lines(ws: Workspace) -> list[str]:
     return [r.to_line() for r in lines]
 
 
+def summed(counts: list[dict], key: str) -> int | None:
+    """One of the releases' `counts` summed over a chain (each manifest counts only its own
+    tasks); None when a release lacks it."""
+    values = [c.get(key) for c in counts]
+    return None if None in values else sum(values)
+
+
 def released_ok(origin: dict) -> int | None:
     """The kernels timed without error in the release a workspace was made from, over every
-    release of its chain (each manifest counts only its own tasks)."""
-    parts = origin.get("parts") or [origin]
-    counts = [(p.get("counts") or {}).get("measured_ok") for p in parts]
-    return None if None in counts else sum(counts)
+    release of its chain (summed over the parts: the totals of releases before the
+    twenty-seventh lack this count)."""
+    return summed([p.get("counts") or {} for p in origin.get("parts") or [origin]], "measured_ok")
 
 
 def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -> dict:
@@ -160,8 +166,8 @@ def extension_of(cfg, ws: Workspace, info: dict,
                              f"release")
     info = dataset_info(cfg, ws, drop)
     counts = [m["counts"] for _, m in parts] + [info["counts"]]
-    total = {"tasks": sum(c["tasks"] for c in counts), "records": sum(c["records"] for c in counts),
-             "networks": sorted(set().union(*(c["networks"] for c in counts)))}
+    total = {k: summed(counts, k) for k in ("tasks", "records", "measured_ok")} | {
+        "networks": sorted(set().union(*(c["networks"] for c in counts)))}
     extends = {"name": base["name"], "manifest_sha256": R.sha256(where), "total": total}
     return {**info, "dataset": str(base["dataset"]), "extends": extends}, drop
 
