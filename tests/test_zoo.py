@@ -148,7 +148,10 @@ def test_networks_run_in_torch():
                  "superpoint": 1_300_865, "levit_128": 9_213_936, "googlenet": 6_624_904,
                  "mnasnet": 2_218_512, "alexnet": 61_100_840, "regnet_x_400mf": 5_495_976,
                  "pointnet": 3_471_473, "mobilenet_v3_large": 5_483_032, "vgg11": 132_863_336,
-                 "minilm_l6": 22_713_216 - 30_522 * 384 - (384 * 384 + 384)}
+                 "minilm_l6": 22_713_216 - 30_522 * 384 - (384 * 384 + 384),
+                 # MLPerf DLRM's dense layers: bottom 13-512-256-128, top 479-1024-1024-512-256-1
+                 "dlrm": sum(i * o + o for i, o in [(13, 512), (512, 256), (256, 128), (479, 1024),
+                                                    (1024, 1024), (1024, 512), (512, 256), (256, 1)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -163,7 +166,7 @@ def test_networks_run_in_torch():
                         ("poolformer_s12", (1, 1000)), ("levit_128", (1, 1000)), ("googlenet", (1, 1000)),
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
-                        ("minilm_l6", (1, 384))]:
+                        ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -185,6 +188,22 @@ def test_t5_relative_position_buckets():
     buckets = networks._t5_buckets(128)
     assert buckets[0, 0] == 0 and buckets[0, 1] == 17 and buckets[1, 0] == 1 and buckets[7, 0] == 7
     assert buckets[9, 0] == 8 and buckets[20, 0] == 10 and buckets[0, 127] == 31 and buckets[127, 0] == 15
+
+
+def test_dlrm_dot_interaction():
+    """DLRM's interaction keeps each pair of its 27 vectors once (i > j, as the reference's
+    `li, lj = tril_indices(offset=-1)`), after the bottom MLP's own output: 128 + 351 values."""
+    import torch
+
+    model = networks.DLRM(queries=2).eval()
+    features = torch.randn(2, 13 + 26 * 128)
+    with torch.no_grad():
+        x = model.bottom(features[:, :13])
+        vectors = torch.cat([x[:, None], features[:, 13:].reshape(2, 26, 128)], dim=1)
+        pairs = [vectors[:, i] @ vectors[:, j].T for i in range(27) for j in range(i)]
+        z = torch.cat([x, torch.stack([p.diagonal() for p in pairs], dim=1)], dim=1)
+        assert z.shape == (2, 479)
+        assert torch.allclose(model(features[None])[0], torch.sigmoid(model.top(z)), atol=1e-6)
 
 
 def test_swin_shifted_window_mask():

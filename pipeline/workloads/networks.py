@@ -2055,6 +2055,46 @@ class SentenceMiniLM(nn.Module):
         return nn.functional.normalize(self.encoder(words).mean(dim=1), dim=-1)
 
 
+# ------------------------------------------------------------------ DLRM (Naumov et al. 2019)
+
+
+class DLRM(nn.Module):
+    """A recommendation model, MLPerf's DLRM shape (Criteo Terabyte): 13 dense features through
+    the bottom MLP 13-512-256-128, 26 sparse features as already looked-up 128-wide embeddings,
+    the dot interaction (every pair's inner product among the 27 vectors, the strict lower
+    triangle kept, the bottom output appended: 351 + 128 = 479), then the top MLP
+    479-1024-1024-512-256-1 and a sigmoid. A batch of `queries` samples is scored at once, as
+    a server does. Input: [batch, queries, 13 + 26 x 128]; output: click probabilities
+    [batch, queries, 1]."""
+
+    def __init__(self, dense: int = 13, sparse: int = 26, width: int = 128, queries: int = 128):
+        super().__init__()
+        self.dense, self.sparse, self.width = dense, sparse, width
+        self.bottom = self._mlp(dense, 512, 256, width)
+        vectors = sparse + 1
+        rows, cols = torch.tril_indices(vectors, vectors, offset=-1)
+        self.register_buffer("pairs", rows * vectors + cols, persistent=False)
+        self.top = self._mlp(len(rows) + width, 1024, 1024, 512, 256, 1, last_relu=False)
+        self.example_shape = (queries, dense + sparse * width)
+
+    @staticmethod
+    def _mlp(*widths: int, last_relu: bool = True) -> nn.Sequential:
+        layers = []
+        for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
+            layers += [nn.Linear(cin, cout)]
+            layers += [nn.ReLU()] if last_relu or i < len(widths) - 2 else []
+        return nn.Sequential(*layers)
+
+    def forward(self, features):
+        *lead, _ = features.shape
+        dense, sparse = features.split([self.dense, self.sparse * self.width], dim=-1)
+        x = self.bottom(dense.reshape(-1, self.dense))
+        vectors = torch.cat([x[:, None], sparse.reshape(-1, self.sparse, self.width)], dim=1)
+        dots = torch.bmm(vectors, vectors.transpose(1, 2)).flatten(1)
+        z = torch.cat([x, dots.index_select(1, self.pairs)], dim=1)
+        return torch.sigmoid(self.top(z)).reshape(*lead, 1)
+
+
 # ------------------------------------------------------------------ PointNet (Qi et al. 2017)
 
 
@@ -2141,7 +2181,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
-            "vgg11": VGG11, "minilm_l6": SentenceMiniLM}
+            "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
