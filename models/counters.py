@@ -38,6 +38,12 @@ COUNTER_FILE = "counters/{}.lgb.txt"
 TREES = ("lightgbm", "xgboost")  # the latency model's libraries: trees on one row per record
 
 
+def _profiled_r2(y: np.ndarray, p: np.ndarray) -> float:
+    """R² of one counter over the records whose profile has it (a counter a record lacks is NaN)."""
+    ok = np.isfinite(y) & np.isfinite(p)
+    return r2(y[ok], p[ok])
+
+
 class CounterModel(CostModel):
     """Hyperparameters (conf/model/counters.yaml): latency (the second stage's model config,
     a GBDT with input=records), folds, counter_rounds, counter_params (LightGBM's own)."""
@@ -138,8 +144,8 @@ class CounterModel(CostModel):
         Pv = self.counters_of(Xv)
         latency = self.latency.fit(self._with_counters(train, across), self._with_counters(val, Pv))
         Yv = compress(val.frame[self.counters].to_numpy(np.float64, na_value=np.nan)) if len(val) else Y[:0]
-        quality = {c: {"r2_across_tasks": r2(Y[:, j], across[:, j]), "r2_val": r2(Yv[:, j], Pv[:, j])}
-                   for j, c in enumerate(self.counters)}
+        quality = {c: {"r2_across_tasks": _profiled_r2(Y[:, j], across[:, j]),
+                       "r2_val": _profiled_r2(Yv[:, j], Pv[:, j])} for j, c in enumerate(self.counters)}
         self.info = {**latency, "counters": quality, "folds": folds,
                      "counters_r2_across_tasks_median": float(np.nanmedian([q["r2_across_tasks"]
                                                                             for q in quality.values()]))}

@@ -130,12 +130,12 @@ def _corr(fn, y, s) -> float:
 
 
 def r2(y: np.ndarray, p: np.ndarray) -> float:
-    """Coefficient of determination over the finite pairs (NaN with fewer than 2)."""
-    ok = np.isfinite(y) & np.isfinite(p)
-    if ok.sum() < 2:
+    """Coefficient of determination (NaN with fewer than 2 labels, equal labels, or a NaN
+    among them, as RMSE is)."""
+    if len(y) < 2:
         return float("nan")
-    ss = float(np.sum((y[ok] - y[ok].mean()) ** 2))
-    return float(1.0 - np.sum((y[ok] - p[ok]) ** 2) / ss) if ss > 0 else float("nan")
+    ss = float(np.sum((y - y.mean()) ** 2))
+    return float(1.0 - np.sum((y - p) ** 2) / ss) if ss > 0 else float("nan")
 
 
 def task_metrics(labels: np.ndarray, scores: np.ndarray, calibrated: bool = True, seed: int = 0) -> dict[str, float]:

@@ -152,6 +152,9 @@ def test_correlations_match_scipy():
     assert m["r2"] == pytest.approx(1 - np.sum((y - s) ** 2) / np.sum((y - y.mean()) ** 2))
     un = M.task_metrics(y, s, calibrated=False)
     assert math.isnan(un["rmse"]) and math.isnan(un["r2"]) and un["spearman"] == m["spearman"]
+    s[7] = np.nan  # a model that emits a NaN score: both errors say so, neither skips it
+    broken = M.task_metrics(y, s)
+    assert math.isnan(broken["rmse"]) and math.isnan(broken["r2"])
 
 
 def test_weighted_topk_score_by_hand():

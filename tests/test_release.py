@@ -142,6 +142,19 @@ def base_without_a_task(root: Path, over: list[str], dest: Path) -> tuple[Path, 
     return dest, left_out
 
 
+def test_timed_without_error_over_a_chain_prefers_its_total():
+    """The chain's count is its top manifest's total; totals written before the count was
+    added are summed over the parts, and a part without it leaves the count unknown."""
+    from pipeline.stages.release import released_ok
+
+    parts = [{"counts": {"measured_ok": 10}}, {"counts": {"measured_ok": 4}}]
+    assert released_ok({"counts": {"measured_ok": 4}, "extends": {"total": {"measured_ok": 13}}, "parts": parts}) == 13
+    assert released_ok({"counts": {"measured_ok": 4}, "extends": {"total": {"records": 20}}, "parts": parts}) == 14
+    assert released_ok({"counts": {"measured_ok": 4}, "extends": {"total": {"records": 20}},
+                        "parts": [{"counts": {}}, *parts]}) is None
+    assert released_ok({"counts": {"measured_ok": 7}}) == 7
+
+
 def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     """release.extends: the new release holds only the tasks the base does not, goes on under
     the base's name with the next version, and dataset=release unpacks both into the

@@ -293,8 +293,8 @@ def chain(folder: str | Path) -> list[tuple[Path, dict]]:
 
 
 def _timed_ok(counts: dict) -> str:
-    """' (N timed without error)' where the counts say (totals of releases before the
-    twenty-seventh do not)."""
+    """' (N timed without error)' where the counts say (totals written before the count was
+    added do not)."""
     return f" ({counts['measured_ok']:,} timed without error)" if counts.get("measured_ok") is not None else ""
 
 

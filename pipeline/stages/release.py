@@ -96,9 +96,11 @@ def summed(counts: list[dict], key: str) -> int | None:
 
 def released_ok(origin: dict) -> int | None:
     """The kernels timed without error in the release a workspace was made from, over every
-    release of its chain (summed over the parts: the totals of releases before the
-    twenty-seventh lack this count)."""
-    return summed([p.get("counts") or {} for p in origin.get("parts") or [origin]], "measured_ok")
+    release of its chain: its totals' count, or the parts' summed for totals written before
+    the count was added."""
+    total = R.total_counts(origin).get("measured_ok")
+    return total if total is not None else summed([p.get("counts") or {} for p in origin.get("parts") or [origin]],
+                                                  "measured_ok")
 
 
 def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -> dict:
