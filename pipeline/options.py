@@ -148,6 +148,13 @@ def profiler_settings(cfg) -> ProfilerSettings:
                             report_dir=report_dir, tag=f"shard{int(cfg.shard.index)}", target=str(cfg.target.name))
 
 
+def release_named(cfg, name) -> Path:
+    """A release by name or path, looked up in paths.releases first (`release.search_path`)."""
+    from pipeline.core import release as R
+
+    return R.find(str(name), R.search_path(Path(str(cfg.paths.releases)).expanduser().resolve()))
+
+
 def tenset_copy(cfg) -> Path | None:
     """The TenSet copy a TenSet workspace reads (`dataset.path`, else the one stage=download
     made), None for another dataset or when there is none."""

@@ -155,6 +155,22 @@ def test_timed_without_error_over_a_chain_prefers_its_total():
     assert released_ok({"counts": {"measured_ok": 7}}) == 7
 
 
+def test_sample_skips_the_tasks_a_release_holds(released, tmp_path):
+    """sample.skip_released=<base>: the tasks the base holds are not drawn again, the one it
+    lacks is."""
+    root, over, _ = released
+    base, left_out = base_without_a_task(root, over, tmp_path / "rel" / "ops-llvm-x-v3")
+    shutil.copytree(root, tmp_path / "data" / root.name)
+    mine = [o for o in over if not o.startswith("paths.data=")] + [f"paths.data={tmp_path / 'data'}", "force=true"]
+    out = run_stage("sample", [*mine, f"sample.skip_released={base}"])
+    drawn_alone = out["new"] + out["duplicates"]
+    assert out["released_tasks"] == 2 and drawn_alone > 0
+    everything = run_stage("sample", mine)
+    assert "released_tasks" not in everything and everything["new"] + everything["duplicates"] > 2 * drawn_alone
+    with pytest.raises(R.ReleaseError, match="nowhere"):
+        run_stage("sample", [*mine, f"sample.skip_released={tmp_path / 'nowhere'}"])
+
+
 def test_a_release_grows_by_a_release_that_extends_it(released, tmp_path):
     """release.extends: the new release holds only the tasks the base does not, goes on under
     the base's name with the next version, and dataset=release unpacks both into the

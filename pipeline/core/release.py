@@ -292,6 +292,12 @@ def chain(folder: str | Path) -> list[tuple[Path, dict]]:
         folder = found
 
 
+def chain_tasks(parts: list[tuple[Path, dict]]) -> frozenset[str]:
+    """The task ids a chain of dataset releases (`chain`) holds."""
+    return frozenset().union(*(pq.read_table(f / TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
+                               .to_pylist() for f, _ in parts))
+
+
 def _timed_ok(counts: dict) -> str:
     """' (N timed without error)' where the counts say (totals written before the count was
     added do not)."""

@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
 from pipeline.core import database as D
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
-from pipeline.options import workspace_of
+from pipeline.options import release_named, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +146,7 @@ def extension_of(cfg, ws: Workspace, info: dict,
     its manifest, with the totals of both.
     Refused when the base's labels were taken otherwise (target, machine, repeats, calls,
     cache flush: labels that do not rank together) or when it holds every task here."""
-    folder = R.find(str(cfg.release.extends), R.search_path(release_root(cfg)))
+    folder = release_named(cfg, cfg.release.extends)
     parts = R.chain(folder)
     base, where = parts[-1][1], folder / R.MANIFEST
 
@@ -161,8 +160,7 @@ def extension_of(cfg, ws: Workspace, info: dict,
         raise R.ReleaseError(f"release.extends={cfg.release.extends}: {where} was made otherwise "
                              f"({'; '.join(differ)}): labels taken otherwise do not rank together; release this "
                              f"workspace on its own (without release.extends)")
-    drop = outside.union(*(pq.read_table(f / R.TABLES_DIR / "tasks.parquet", columns=["task_id"])["task_id"]
-                           .to_pylist() for f, _ in parts))
+    drop = outside | R.chain_tasks(parts)
     if released_rows(ws, "tasks", drop).empty:
         raise R.ReleaseError(f"release.extends={cfg.release.extends}: it holds every task of {ws.root}: nothing to "
                              f"release")

@@ -18,12 +18,13 @@ import logging
 import pandas as pd
 
 from pipeline.core import database as D
+from pipeline.core import release as R
 from pipeline.compute.progress import progress
 from pipeline.core.sharding import Shard
 from pipeline.shims.targets import make_target
 from pipeline.shims.tvm_compat import preload_tensor_intrin
 from pipeline.tenset.candidates import add_records
-from pipeline.options import executor_of, shard_of, target_of, tenset_copy, workspace_of
+from pipeline.options import executor_of, release_named, shard_of, target_of, tenset_copy, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,14 @@ def _new_candidates(records: list, job: dict, out_file, known: set[str]) -> tupl
     return lines, rows
 
 
+def released_tasks(cfg) -> frozenset[str]:
+    """The tasks `sample.skip_released` (a dataset release) and every release under it hold:
+    a release extending it would leave them out, so their candidates are neither drawn nor
+    timed."""
+    name = cfg.sample.get("skip_released")
+    return R.chain_tasks(R.chain(release_named(cfg, name))) if name else frozenset()
+
+
 def run(cfg) -> dict:
     ws = workspace_of(cfg)
     shard = shard_of(cfg)
@@ -136,6 +145,11 @@ def run(cfg) -> dict:
     # A task whose workload line is corrupt is skipped, and force=true leaves its rows alone.
     pairs = shard.of(tasks.merge(pd.DataFrame({"strategy": strategies}), how="cross"), by="task_id")  # task-major
     pairs = D.usable_tasks(pairs, workloads, "sample") if len(pairs) else pairs
+    released = pairs["task_id"].isin(released_tasks(cfg))
+    skipped = int(pairs.loc[released, "task_id"].nunique())
+    if skipped:
+        log.info("%d task(s) already in release %s (or one under it): not drawn", skipped, cfg.sample.skip_released)
+    pairs = pairs[~released]
     if cfg.force:
         D.drop_record_lines(out_file, set(pairs["workload_index"].astype(int)))
     # A task that failed (a bad setting, a space that could not be generated) is not done.
@@ -172,6 +186,8 @@ def run(cfg) -> dict:
     counts = {"tasks": len(shard.of(tasks)), "new": total, "duplicates": duplicates, "failed_tasks": failed}
     if retried:
         counts["retried_tasks"] = retried
+    if skipped:
+        counts["released_tasks"] = skipped
     if cfg.dataset.source == "tenset" and cfg.dataset.records.as_candidates:
         # TenSet's own measured Ansor programs join the sampled candidates.
         counts.update(add_records(ws, shard, target, tenset_root=tenset_copy(cfg),

@@ -27,7 +27,7 @@ from pipeline.core import release as R
 from pipeline.shims.targets import make_target, target_json
 from pipeline.core.workspace import SELECTION_KEY
 from pipeline.workloads import args_of, flops_of, load_workloads
-from pipeline.options import target_of, workspace_of
+from pipeline.options import release_named, target_of, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def network_rows(workloads: list) -> list[dict]:
 def release_folder(cfg) -> Path:
     """The release that dataset=release names, looked up in paths.releases first
     (`release.search_path`)."""
-    return R.find(cfg.dataset.release, R.search_path(Path(str(cfg.paths.releases))))
+    return release_named(cfg, cfg.dataset.release)
 
 
 def kept_runs_importer(cfg):
