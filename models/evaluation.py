@@ -162,18 +162,19 @@ def _paired(g: pd.DataFrame, column: str, todo: list[tuple[str, str]], metrics, 
 def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, str]] = (),
                      metrics: tuple[str, ...] = RUN_METRICS, *, resamples: int = 5000, level: float = LEVEL,
                      seed: int = 0) -> pd.DataFrame:
-    """Margins paired over the leave-one-network-out runs: per features, the model of the best
-    mean `select` (the choice; `REFERENCE` is what candidates are measured against, never the
-    choice while another model has runs) minus every other model, then each (model, reference) of
-    `pairs`; for each metric the mean over the runs both have (same held-out network and
-    seed) of the difference, a bootstrap interval over those runs and the runs won. What the
-    choice's margin on validation is worth, which the per-network means cannot say.
-    Rows: features, model, reference, metric, diff, lo, hi, won, n_runs."""
-    runs = frame[(frame["split"] == "by_network") & (frame["model"] != RANDOM)] if len(frame) else frame
+    """Margins paired over runs: per split and features, the model of the best mean `select`
+    (the choice; `REFERENCE` is what candidates are measured against, never the choice while
+    another model has runs) minus every other model, then each (model, reference) of `pairs`;
+    for each metric the mean over the runs both have (same held-out part and seed: a network
+    left out, or by_task's held-out tasks of that seed) of the difference, a bootstrap interval
+    over those runs and the runs won. What the choice's margin on validation is worth, which
+    the means cannot say. Rows: split, features, model, reference, metric, diff, lo, hi, won, n_runs."""
+    cols = ["split", "features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"]
+    runs = frame[frame["model"] != RANDOM] if len(frame) else frame
     if runs.empty or select not in runs.columns:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=cols)
     rows = []
-    for features, g in runs.groupby("features", sort=True):
+    for (split, features), g in runs.groupby(["split", "features"], sort=True):
         means = g.groupby("model")[select].mean().dropna()
         if means.empty:
             continue
@@ -181,9 +182,9 @@ def paired_over_runs(frame: pd.DataFrame, select: str, pairs: list[tuple[str, st
         choice = (candidates if len(candidates) else means).idxmax()
         todo = [(choice, m) for m in means.sort_values(ascending=False).index if m != choice] + list(pairs)
         todo = list(dict.fromkeys(todo))  # a named pair that is the choice's own is margined once
-        rows += [{"features": features, "model": r.pop("a"), "reference": r.pop("b"), **r}
+        rows += [{"split": split, "features": features, "model": r.pop("a"), "reference": r.pop("b"), **r}
                  for r in _paired(g, "model", todo, metrics, resamples, level, seed)]
-    return pd.DataFrame(rows, columns=["features", "model", "reference", "metric", "diff", "lo", "hi", "won", "n_runs"])
+    return pd.DataFrame(rows, columns=cols)
 
 
 FEATURE_METRICS = ("test_top1_score", "test_pair_acc", "test_spearman")

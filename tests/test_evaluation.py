@@ -187,7 +187,15 @@ def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     test = t.loc[("a", "ms_xgb", "test_top1_score")]
     assert test["diff"] == pytest.approx(-0.65) and test["won"] == 0 and -0.8 <= test["lo"] <= test["hi"] <= -0.6
     assert t.loc[("ms_xgb", "a", "val_top1_score"), "diff"] == pytest.approx(-0.025)
-    assert E.paired_over_runs(runs.query("split == 'by_task'"), "val_top1_score").empty
+    assert set(out["split"]) == {"by_network"}  # by_task has one model: nothing to pair
+    # by_task runs pair by seed: "a" .4 and .2 against ms_xgb .3 and .3 on the same held-out tasks
+    by_task = pd.concat([runs, pd.DataFrame([dict(model="ms_xgb", features="static", split="by_task", heldout="",
+                                                  seed=s, val_top1_score=0.3) for s in (0, 1)])])
+    t = E.paired_over_runs(by_task, "val_top1_score", metrics=("val_top1_score",), resamples=400)
+    t = t.set_index(["split", "model", "reference", "metric"])
+    task = t.loc[("by_task", "a", "ms_xgb", "val_top1_score")]
+    assert task["diff"] == pytest.approx(0.0) and task["won"] == 1 and task["n_runs"] == 2
+    assert t.loc[("by_network", "a", "ms_xgb", "val_top1_score"), "diff"] == pytest.approx(0.025)
     # the reference is never the choice: with ms_xgb best on validation, "a" is still chosen
     ahead = runs.assign(val_top1_score=np.where(runs["model"] == "ms_xgb", 0.99, runs["val_top1_score"]))
     out = E.paired_over_runs(ahead, "val_top1_score", metrics=("val_top1_score",), resamples=100)

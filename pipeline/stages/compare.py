@@ -239,17 +239,12 @@ def margin_report(table: pd.DataFrame) -> pd.DataFrame:
     text = [f"{d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for d, lo, hi in zip(table["diff"], table["lo"], table["hi"])]
     won = [f"{w}/{n}" for w, n in zip(table["won"], table["n_runs"])]
     wide = table.assign(margin=text, won=won).pivot_table(
-        index=["features", "model", "reference"], columns="metric", values=["margin", "won"], aggfunc="first",
-        sort=False)
+        index=["split", "features", "model", "reference"], columns="metric", values=["margin", "won"],
+        aggfunc="first", sort=False)
     metrics = list(dict.fromkeys(table["metric"]))
     wide = wide[[(v, m) for m in metrics for v in ("margin", "won")]]
     wide.columns = [f"{m} {v}" if v == "won" else m for v, m in wide.columns]
     return wide.reset_index().rename(columns={"model": "model minus"})
-
-
-def feature_report(table: pd.DataFrame) -> pd.DataFrame:
-    return margin_report(table.assign(features=table["split"] + " " + table["features"])).rename(
-        columns={"features": "split, features"})
 
 
 def interval_report(table: pd.DataFrame) -> pd.DataFrame:
@@ -367,8 +362,8 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
     margins = tables.get("margins")
     if margins is not None and len(margins):
         text += _section("Paired over runs",
-                 f"Per features, the model of the best mean {select} (the choice; never the reference, {E.REFERENCE}) minus every other model, then the "
-                 f"pairs of `compare.pairs`: the mean over the runs both have (same held-out network and seed) of the "
+                 f"Per split and features, the model of the best mean {select} (the choice; never the reference, {E.REFERENCE}) minus every other model, then the "
+                 f"pairs of `compare.pairs`: the mean over the runs both have (same held-out part and seed) of the "
                  f"difference, a {E.LEVEL:.0%} bootstrap interval over those runs, and the runs won. A choice whose "
                  f"{select} margin holds 0 is not resolved by validation.", margin_report(margins))
     pairs = tables.get("pairs")
@@ -384,7 +379,7 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
                  f"Per split, each model on a feature set minus the same model on static features, then each minus "
                  f"{E.REFERENCE} (its own static features): the mean over the runs both have (same held-out part and "
                  f"seed, so the same test records) of the difference, a {E.LEVEL:.0%} bootstrap interval over those "
-                 f"runs, and the runs won.", feature_report(features))
+                 f"runs, and the runs won.", margin_report(features))
     if len(splits):
         text += ["## Every split, over its runs\n", to_markdown(split_report(_models(cfg, splits)))]
     if len(ablation):
