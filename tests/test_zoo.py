@@ -151,7 +151,10 @@ def test_networks_run_in_torch():
                  "minilm_l6": 22_713_216 - 30_522 * 384 - (384 * 384 + 384),
                  # MLPerf DLRM's dense layers: bottom 13-512-256-128, top 479-1024-1024-512-256-1
                  "dlrm": sum(i * o + o for i, o in [(13, 512), (512, 256), (256, 128), (479, 1024),
-                                                    (1024, 1024), (1024, 512), (512, 256), (256, 1)])}
+                                                    (1024, 1024), (1024, 512), (512, 256), (256, 1)]),
+                 # the reference GAT for Cora: 1433 -> 8 heads x 8 and 64 -> 7, no biases, an
+                 # attention vector of twice the width per head
+                 "gat": 1433 * 64 + 8 * 2 * 8 + 64 * 7 + 2 * 7}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -166,7 +169,7 @@ def test_networks_run_in_torch():
                         ("poolformer_s12", (1, 1000)), ("levit_128", (1, 1000)), ("googlenet", (1, 1000)),
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
-                        ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1))]:
+                        ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -204,6 +207,36 @@ def test_dlrm_dot_interaction():
         z = torch.cat([x, torch.stack([p.diagonal() for p in pairs], dim=1)], dim=1)
         assert z.shape == (2, 479)
         assert torch.allclose(model(features[None])[0], torch.sigmoid(model.top(z)), atol=1e-6)
+
+
+def test_gat_attends_over_the_graph_only():
+    """GAT's adjacency is symmetric with self loops, each node's attention weights sum to 1 over
+    its neighbours and are 0 elsewhere, and a node's output (two layers) moves with a neighbour's
+    features and not with those of a node more than two edges away."""
+    import torch
+
+    model = networks.GAT(nodes=64, features=20).eval()
+    adjacency = model.adjacency
+    assert torch.equal(adjacency, adjacency.T) and bool(adjacency.diagonal().all())
+    two_hops = (adjacency.float() @ adjacency.float()) > 0
+    node = int(adjacency.sum(1).argmax())
+    neighbour = int((adjacency[node] & ~torch.eye(64, dtype=torch.bool)[node]).nonzero()[0])
+    far = int((~two_hops[node]).nonzero()[0])
+    x = torch.randn(1, 64, 20)
+    with torch.no_grad():
+        out = model(x)
+        moved = {}
+        for other in (neighbour, far):
+            y = x.clone()
+            y[0, other] += 10.0
+            moved[other] = model(y)[0, node]
+        layer = model.hidden_layer
+        h = layer.project(x).reshape(1, 64, 8, 8).transpose(1, 2)
+        scores = (h * layer.source[:, None]).sum(-1)[..., :, None] + (h * layer.target[:, None]).sum(-1)[..., None, :]
+        weights = torch.softmax(torch.where(adjacency, torch.nn.functional.leaky_relu(scores, 0.2), -9e15), -1)
+    assert torch.allclose(weights.sum(-1), torch.ones(1, 8, 64)) and bool((weights[..., ~adjacency] == 0).all())
+    assert not torch.allclose(moved[neighbour], out[0, node]) and torch.allclose(moved[far], out[0, node])
+    assert torch.allclose(out.exp().sum(-1), torch.ones(1, 64), atol=1e-5)
 
 
 def test_swin_shifted_window_mask():

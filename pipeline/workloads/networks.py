@@ -2058,6 +2058,16 @@ class SentenceMiniLM(nn.Module):
 # ------------------------------------------------------------------ DLRM (Naumov et al. 2019)
 
 
+def _mlp(*widths: int, last_relu: bool = True, layer=lambda cin, cout: [nn.Linear(cin, cout)]) -> nn.Sequential:
+    """`layer` between each pair of `widths`, a ReLU after each (after the last only with
+    `last_relu`)."""
+    layers = []
+    for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
+        layers += layer(cin, cout)
+        layers += [nn.ReLU()] if last_relu or i < len(widths) - 2 else []
+    return nn.Sequential(*layers)
+
+
 class DLRM(nn.Module):
     """A recommendation model, MLPerf's DLRM shape (Criteo Terabyte): 13 dense features through
     the bottom MLP 13-512-256-128, 26 sparse features as already looked-up 128-wide embeddings,
@@ -2070,20 +2080,12 @@ class DLRM(nn.Module):
     def __init__(self, dense: int = 13, sparse: int = 26, width: int = 128, queries: int = 128):
         super().__init__()
         self.dense, self.sparse, self.width = dense, sparse, width
-        self.bottom = self._mlp(dense, 512, 256, width)
+        self.bottom = _mlp(dense, 512, 256, width)
         vectors = sparse + 1
         rows, cols = torch.tril_indices(vectors, vectors, offset=-1)
         self.register_buffer("pairs", rows * vectors + cols, persistent=False)
-        self.top = self._mlp(len(rows) + width, 1024, 1024, 512, 256, 1, last_relu=False)
+        self.top = _mlp(len(rows) + width, 1024, 1024, 512, 256, 1, last_relu=False)
         self.example_shape = (queries, dense + sparse * width)
-
-    @staticmethod
-    def _mlp(*widths: int, last_relu: bool = True) -> nn.Sequential:
-        layers = []
-        for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
-            layers += [nn.Linear(cin, cout)]
-            layers += [nn.ReLU()] if last_relu or i < len(widths) - 2 else []
-        return nn.Sequential(*layers)
 
     def forward(self, features):
         *lead, _ = features.shape
@@ -2100,11 +2102,7 @@ class DLRM(nn.Module):
 
 def _shared_mlp(*widths: int, last_relu: bool = True) -> nn.Sequential:
     """The same small MLP on every point: 1x1 Conv1d + BatchNorm (+ ReLU) over the point axis."""
-    layers = []
-    for i, (cin, cout) in enumerate(zip(widths, widths[1:])):
-        layers += [nn.Conv1d(cin, cout, 1), nn.BatchNorm1d(cout)]
-        layers += [nn.ReLU()] if last_relu or i < len(widths) - 2 else []
-    return nn.Sequential(*layers)
+    return _mlp(*widths, last_relu=last_relu, layer=lambda cin, cout: [nn.Conv1d(cin, cout, 1), nn.BatchNorm1d(cout)])
 
 
 def _point_head(outputs: int) -> nn.Sequential:
@@ -2168,6 +2166,52 @@ def resnext50() -> nn.Module:
     return ResNet(ResNeXtBottleneck, [3, 4, 6, 3])
 
 
+# ------------------------------------------------------------------ GAT (Velickovic et al. 2018)
+
+
+class _GraphAttention(nn.Module):
+    """One graph attention layer: every node's features projected per head, a score per edge
+    (LeakyReLU 0.2 of the source's and the target's halves of the attention vector), a softmax
+    over each node's neighbours (non-edges at -9e15, as the reference code writes it), and the
+    neighbours' projections summed with those weights. Out: [batch, heads, nodes, width]."""
+
+    def __init__(self, features: int, width: int, heads: int):
+        super().__init__()
+        self.heads, self.width = heads, width
+        self.project = nn.Linear(features, heads * width, bias=False)
+        self.source = nn.Parameter(torch.randn(heads, width) / width ** 0.5)
+        self.target = nn.Parameter(torch.randn(heads, width) / width ** 0.5)
+
+    def forward(self, x, adjacency):
+        b, n, _ = x.shape
+        h = self.project(x).reshape(b, n, self.heads, self.width).transpose(1, 2)
+        scores = (h * self.source[:, None]).sum(-1)[..., :, None] + (h * self.target[:, None]).sum(-1)[..., None, :]
+        scores = torch.where(adjacency, nn.functional.leaky_relu(scores, 0.2), torch.full_like(scores, -9e15))
+        return torch.softmax(scores, dim=-1) @ h
+
+
+class GAT(nn.Module):
+    """A graph attention network, the Cora model's shape (Velickovic et al. 2018): 1,433 bag-of-
+    words features per node, 8 heads of 8 concatenated through an ELU, then one head over the 7
+    classes and a log-softmax. Full-graph inference runs on a sampled subgraph of `nodes` (a
+    serving batch), its edges fixed by `seed`: about `degree` neighbours a node, symmetric, self
+    loops added (Cora's mean degree is 3.9). Input: [batch, nodes, 1433]; output: class
+    log-probabilities [batch, nodes, 7]."""
+
+    def __init__(self, nodes: int = 512, features: int = 1433, hidden: int = 8, heads: int = 8,
+                 classes: int = 7, degree: float = 4.0, seed: int = 0):
+        super().__init__()
+        edges = torch.rand(nodes, nodes, generator=torch.Generator().manual_seed(seed)) < degree / (2 * nodes)
+        self.register_buffer("adjacency", edges | edges.T | torch.eye(nodes, dtype=torch.bool), persistent=False)
+        self.hidden_layer = _GraphAttention(features, hidden, heads)
+        self.output_layer = _GraphAttention(heads * hidden, classes, 1)
+        self.example_shape = (nodes, features)
+
+    def forward(self, x):
+        h = self.hidden_layer(x, self.adjacency)
+        h = nn.functional.elu(h.transpose(1, 2).flatten(2))
+        return torch.log_softmax(self.output_layer(h, self.adjacency).mean(dim=1), dim=-1)
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2181,7 +2225,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
-            "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM}
+            "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
