@@ -143,7 +143,8 @@ def _bootstrap(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[
 def _paired(g: pd.DataFrame, column: str, todo: list[tuple[str, str]], metrics, resamples: int, level: float,
             seed: int) -> list[dict]:
     """For each (a, b) of `todo`, values of `column`, and each metric: a minus b over the runs
-    both have (same held-out part and seed), its mean, bootstrap interval and runs won."""
+    both have (same held-out part and seed), its mean, bootstrap interval and runs won; pairs
+    with fewer than two runs are left out."""
     rows = []
     for metric in (m for m in metrics if m in g.columns):
         wide = g.pivot_table(index=["heldout", "seed"], columns=column, values=metric)
@@ -151,7 +152,7 @@ def _paired(g: pd.DataFrame, column: str, todo: list[tuple[str, str]], metrics, 
             if a not in wide.columns or b not in wide.columns:
                 continue
             x = (wide[a] - wide[b]).dropna().to_numpy()
-            if not len(x):
+            if len(x) < 2:  # one run has no spread to bootstrap: its difference is in the tables
                 continue
             lo, hi = _bootstrap(x, resamples, level, seed)
             rows.append({"a": a, "b": b, "metric": metric, "diff": float(x.mean()), "lo": lo, "hi": hi,

@@ -148,11 +148,16 @@ def profiler_settings(cfg) -> ProfilerSettings:
                             report_dir=report_dir, tag=f"shard{int(cfg.shard.index)}", target=str(cfg.target.name))
 
 
+def release_root(cfg) -> Path:
+    """`paths.releases`: where stage=release writes and where a release is looked up first."""
+    return Path(str(cfg.paths.releases)).expanduser().resolve()
+
+
 def release_named(cfg, name) -> Path:
     """A release by name or path, looked up in paths.releases first (`release.search_path`)."""
     from pipeline.core import release as R
 
-    return R.find(str(name), R.search_path(Path(str(cfg.paths.releases)).expanduser().resolve()))
+    return R.find(str(name), R.search_path(release_root(cfg)))
 
 
 def tenset_copy(cfg) -> Path | None:

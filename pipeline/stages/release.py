@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from pipeline.core import database as D
 from pipeline.core import release as R
 from pipeline.core.workspace import Workspace
-from pipeline.options import release_named, workspace_of
+from pipeline.options import release_named, release_root, workspace_of
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,6 @@ def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -
         "licence": str(cfg.release.licence),
         "description": cfg.release.get("description"),
     }
-
-
-def release_root(cfg) -> Path:
-    return Path(str(cfg.paths.releases)).expanduser().resolve()
 
 
 def extension_of(cfg, ws: Workspace, info: dict,
