@@ -196,6 +196,9 @@ def test_paired_over_runs_margins_the_choice_and_the_named_pairs():
     task = t.loc[("by_task", "a", "ms_xgb", "val_top1_score")]
     assert task["diff"] == pytest.approx(0.0) and task["won"] == 1 and task["n_runs"] == 2
     assert t.loc[("by_network", "a", "ms_xgb", "val_top1_score"), "diff"] == pytest.approx(0.025)
+    # one run in common has no spread to bootstrap: the pair is left out, not given a point interval
+    one = by_task[(by_task["split"] == "by_task") & (by_task["seed"] == 0)]
+    assert E.paired_over_runs(one, "val_top1_score", metrics=("val_top1_score",), resamples=100).empty
     # the reference is never the choice: with ms_xgb best on validation, "a" is still chosen
     ahead = runs.assign(val_top1_score=np.where(runs["model"] == "ms_xgb", 0.99, runs["val_top1_score"]))
     out = E.paired_over_runs(ahead, "val_top1_score", metrics=("val_top1_score",), resamples=100)
