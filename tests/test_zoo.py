@@ -230,10 +230,7 @@ def test_gat_attends_over_the_graph_only():
             y = x.clone()
             y[0, other] += 10.0
             moved[other] = model(y)[0, node]
-        layer = model.hidden_layer
-        h = layer.project(x).reshape(1, 64, 8, 8).transpose(1, 2)
-        scores = (h * layer.source[:, None]).sum(-1)[..., :, None] + (h * layer.target[:, None]).sum(-1)[..., None, :]
-        weights = torch.softmax(torch.where(adjacency, torch.nn.functional.leaky_relu(scores, 0.2), -9e15), -1)
+        weights, _ = model.hidden_layer.attention(x, adjacency)
     assert torch.allclose(weights.sum(-1), torch.ones(1, 8, 64)) and bool((weights[..., ~adjacency] == 0).all())
     assert not torch.allclose(moved[neighbour], out[0, node]) and torch.allclose(moved[far], out[0, node])
     assert torch.allclose(out.exp().sum(-1), torch.ones(1, 64), atol=1e-5)

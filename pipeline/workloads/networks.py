@@ -2182,12 +2182,18 @@ class _GraphAttention(nn.Module):
         self.source = nn.Parameter(torch.randn(heads, width) / width ** 0.5)
         self.target = nn.Parameter(torch.randn(heads, width) / width ** 0.5)
 
-    def forward(self, x, adjacency):
+    def attention(self, x, adjacency):
+        """(each head's weights over every node's neighbours [batch, heads, nodes, nodes], the
+        projections [batch, heads, nodes, width])."""
         b, n, _ = x.shape
         h = self.project(x).reshape(b, n, self.heads, self.width).transpose(1, 2)
         scores = (h * self.source[:, None]).sum(-1)[..., :, None] + (h * self.target[:, None]).sum(-1)[..., None, :]
         scores = torch.where(adjacency, nn.functional.leaky_relu(scores, 0.2), torch.full_like(scores, -9e15))
-        return torch.softmax(scores, dim=-1) @ h
+        return torch.softmax(scores, dim=-1), h
+
+    def forward(self, x, adjacency):
+        weights, h = self.attention(x, adjacency)
+        return weights @ h
 
 
 class GAT(nn.Module):
