@@ -154,7 +154,11 @@ def test_networks_run_in_torch():
                                                     (1024, 1024), (1024, 512), (512, 256), (256, 1)]),
                  # the reference GAT for Cora: 1433 -> 8 heads x 8 and 64 -> 7, no biases, an
                  # attention vector of twice the width per head
-                 "gat": 1433 * 64 + 8 * 2 * 8 + 64 * 7 + 2 * 7}
+                 "gat": 1433 * 64 + 8 * 2 * 8 + 64 * 7 + 2 * 7,
+                 # the paper's 8.2M: two 9x9 convolutions, a 16x8 weight per primary-digit pair,
+                 # the decoder 160-512-1024-784
+                 "capsnet": (81 * 256 + 256) + (256 * 81 * 256 + 256) + 1152 * 10 * 16 * 8
+                 + sum(i * o + o for i, o in [(160, 512), (512, 1024), (1024, 784)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -234,6 +238,28 @@ def test_gat_attends_over_the_graph_only():
     assert torch.allclose(weights.sum(-1), torch.ones(1, 8, 64)) and bool((weights[..., ~adjacency] == 0).all())
     assert not torch.allclose(moved[neighbour], out[0, node]) and torch.allclose(moved[far], out[0, node])
     assert torch.allclose(out.exp().sum(-1), torch.ones(1, 64), atol=1e-5)
+
+
+def test_capsnet_routes_by_agreement():
+    """CapsNet's coupling coefficients are a softmax over the 10 digits for each of the 1,152
+    primary capsules (uniform after one round, moved by agreement after three), the digit
+    capsules are shorter than 1, and the decoder reconstructs from the longest one alone."""
+    import torch
+
+    model, example = networks.build("capsnet")
+    with torch.no_grad():
+        lengths, reconstruction = model(*example)
+        v, coupling = model.route(*example)
+        _, first = networks.CapsNet(iterations=1).route(*example)
+        masked = torch.zeros_like(v)
+        winner = int(lengths.argmax())
+        masked[0, winner] = v[0, winner]
+        expected = torch.sigmoid(model.decoder(masked.flatten(1)))
+    assert lengths.shape == (1, 10) and reconstruction.shape == (1, 784)
+    assert coupling.shape == (1, 1152, 10) and torch.allclose(coupling.sum(-1), torch.ones(1, 1152))
+    assert torch.allclose(first, torch.full_like(first, 0.1)) and not torch.allclose(coupling, first, atol=1e-4)
+    assert bool((lengths < 1).all()) and torch.allclose(lengths, v.norm(dim=-1))
+    assert torch.allclose(reconstruction, expected)
 
 
 def test_swin_shifted_window_mask():

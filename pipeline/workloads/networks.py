@@ -2218,6 +2218,56 @@ class GAT(nn.Module):
         h = nn.functional.elu(h.transpose(1, 2).flatten(2))
         return torch.log_softmax(self.output_layer(h, self.adjacency).mean(dim=1), dim=-1)
 
+# ------------------------------------------------------------ CapsNet (Sabour et al. 2017)
+
+
+def _squash(s, dim: int = -1):
+    """Capsule non-linearity: the vector's direction kept, its length |s|^2 / (1 + |s|^2)."""
+    squared = (s * s).sum(dim, keepdim=True)
+    return squared / (1 + squared) * s / torch.sqrt(squared + 1e-8)
+
+
+class CapsNet(nn.Module):
+    """The capsule network for MNIST (Sabour et al. 2017): a 9x9 convolution of 256, primary
+    capsules from a 9x9 stride-2 convolution (32 maps of 8-vectors at 6x6, squashed), a 16x8
+    weight for every pair of the 1,152 primary and 10 digit capsules, `iterations` rounds of
+    routing by agreement (a softmax over the 10 digits per primary capsule, weighted sums
+    squashed, logits raised by agreement), and the reconstruction decoder (160-512-1024-784)
+    fed only the longest digit capsule. The pair weights are drawn at 1/sqrt(8), so that the
+    routing moves the coupling. Input: [batch, 1, 28, 28]; output: the digit capsules'
+    lengths [batch, 10] and the reconstruction [batch, 784]."""
+
+    def __init__(self, classes: int = 10, iterations: int = 3):
+        super().__init__()
+        self.iterations = iterations
+        self.conv = nn.Conv2d(1, 256, 9)
+        self.primary = nn.Conv2d(256, 32 * 8, 9, stride=2)
+        self.weight = nn.Parameter(torch.randn(32 * 6 * 6, classes, 16, 8) / 8 ** 0.5)
+        self.decoder = _mlp(16 * classes, 512, 1024, 784, last_relu=False)
+        self.example_shape = (1, 28, 28)
+
+    def route(self, x):
+        """(the digit capsules [batch, 10, 16], the last round's coupling coefficients
+        [batch, 1152, 10])."""
+        u = self.primary(torch.relu(self.conv(x)))
+        b = u.shape[0]
+        u = _squash(u.reshape(b, 32, 8, 36).permute(0, 1, 3, 2).reshape(b, 32 * 36, 8))
+        predictions = (self.weight @ u[:, :, None, :, None]).squeeze(-1)  # [b, 1152, 10, 16]
+        logits = torch.zeros_like(predictions[..., 0])
+        for i in range(self.iterations):
+            coupling = torch.softmax(logits, dim=-1)
+            v = _squash((coupling[..., None] * predictions).sum(1))
+            if i + 1 < self.iterations:
+                logits = logits + (predictions * v[:, None]).sum(-1)
+        return v, coupling
+
+    def forward(self, x):
+        v, _ = self.route(x)
+        lengths = torch.sqrt((v * v).sum(-1))
+        mask = (lengths == lengths.max(-1, keepdim=True).values).to(v.dtype)
+        return lengths, torch.sigmoid(self.decoder((v * mask[..., None]).flatten(1)))
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2231,7 +2281,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "poolformer_s12": PoolFormerS12, "superpoint": SuperPoint, "levit_128": LeViT,
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
-            "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT}
+            "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
+            "capsnet": CapsNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
