@@ -250,7 +250,8 @@ def test_capsnet_routes_by_agreement():
     with torch.no_grad():
         lengths, reconstruction = model(*example)
         v, coupling = model.route(*example)
-        _, first = networks.CapsNet(iterations=1).route(*example)
+        model.iterations = 1
+        _, first = model.route(*example)
         masked = torch.zeros_like(v)
         winner = int(lengths.argmax())
         masked[0, winner] = v[0, winner]
