@@ -68,13 +68,31 @@ def test_an_irmodule_gives_the_tasks_of_its_torch_form(own_model):
     assert ids[0] == ids[1] and len(ids[0]) == 2
 
 
+def test_torch_reductions_the_importer_lacks_are_translated(own_model):
+    """`amax` and `amin` (no entry in TVM's importer) become Relax max and min: the built module
+    computes what torch does."""
+    import numpy as np
+    import torch
+    import tvm
+
+    net = relax.load_network("own_model:stable_softmax", "dataset.module")
+    vm = tvm.relax.VirtualMachine(tvm.relax.build(net.mod, "llvm"), tvm.cpu())
+    from own_model import StableSoftmax
+
+    with torch.no_grad():
+        expected = StableSoftmax()(torch.as_tensor(net.inputs[0])).numpy()
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(net.inputs[0])).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("spec, says", [
     ("own_model", "give the function as <pkg.module:function>"),
     ("no_such_module_here:build", "module 'no_such_module_here' cannot be imported"),
-    ("own_model:missing", "has no 'missing'; its functions: a_string, no_example, two_layer, two_layer_relax"),
+    ("own_model:missing", "has no 'missing'; its functions: a_string, bessel, no_example, stable_softmax, two_layer, two_layer_relax"),
     ("own_model:NOT_A_FUNCTION", "'NOT_A_FUNCTION' is a int, not a function"),
     ("own_model:a_string", "a_string() returned a str; return a Relax IRModule, or a torch.nn.Module"),
     ("own_model:no_example", "returned a torch.nn.Module without example inputs; return `module, (example, ...)`"),
+    ("own_model:bessel", "Bessel: TVM's Relax importer has no translation for ['i0.default']; write them with torch "
+                         "ops it translates); export it yourself and return the Relax IRModule"),
 ])
 def test_bad_module_spec_says_what_and_how_to_fix(own_model, spec, says):
     with pytest.raises(PipelineError) as e:

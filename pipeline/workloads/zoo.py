@@ -56,7 +56,31 @@ def from_torch(model, example: tuple):
         warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
         with torch.no_grad():
             program = torch.export.export(model, tuple(example))
-        return from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+        try:
+            return from_exported_program(program, keep_params_as_input=False, unwrap_unit_return_tuple=True,
+                                         custom_convert_map=_reductions_relax_lacks())
+        except AssertionError as e:  # the importer's own check: it lists every op it cannot translate
+            if "Unsupported function types" not in str(e):
+                raise
+            raise NotImplementedError(f"{type(model).__name__}: TVM's Relax importer has no translation for "
+                                      f"{str(e).partition('types ')[2]}; write them with torch ops it translates") from None
+
+
+def _reductions_relax_lacks() -> dict:
+    """Converters for torch reductions that have a Relax op but no entry in TVM's importer
+    (`amax`, `amin`: a max that keeps no indices, where `max(dim)` goes through topk)."""
+    from tvm import relax
+
+    def reduction(op):
+        def convert(node, importer):
+            x = importer.env[node.args[0]]
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", [])
+            keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+            axis = [dim] if isinstance(dim, int) else (list(dim) or None)
+            return importer.block_builder.emit(op(x, axis, keepdim))
+        return convert
+
+    return {"amax.default": reduction(relax.op.max), "amin.default": reduction(relax.op.min)}
 
 
 def fuse(mod, fold_in_numpy: bool = True):
