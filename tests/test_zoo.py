@@ -158,7 +158,11 @@ def test_networks_run_in_torch():
                  # the paper's 8.2M: two 9x9 convolutions, a 16x8 weight per primary-digit pair,
                  # the decoder 160-512-1024-784
                  "capsnet": (81 * 256 + 256) + (256 * 81 * 256 + 256) + 1152 * 10 * 16 * 8
-                 + sum(i * o + o for i, o in [(160, 512), (512, 1024), (1024, 784)])}
+                 + sum(i * o + o for i, o in [(160, 512), (512, 1024), (1024, 784)]),
+                 # nerf-pytorch's coarse NeRF: 63-256, six 256-256 and a 319-256 (the skip), density
+                 # 256-1, feature 256-256, the view layer 283-128 and colour 128-3
+                 "nerf": sum(i * o + o for i, o in [(63, 256)] + [(256, 256)] * 6 + [(319, 256), (256, 1), (256, 256),
+                                                                                    (283, 128), (128, 3)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -261,6 +265,32 @@ def test_capsnet_routes_by_agreement():
     assert torch.allclose(first, torch.full_like(first, 0.1)) and not torch.allclose(coupling, first, atol=1e-4)
     assert bool((lengths < 1).all()) and torch.allclose(lengths, v.norm(dim=-1))
     assert torch.allclose(reconstruction, expected)
+
+
+def test_nerf_renders_by_quadrature():
+    """NeRF's positions carry 63 encoded values and its directions 27; a ray's sample weights
+    are its transmittance (the product of 1 - alpha before the sample) times the sample's
+    alpha, so they sum to at most 1, and colour and depth are the weighted sums over samples."""
+    import torch
+
+    model, (rays,) = networks.build("nerf")
+    origins, directions = rays[0, :, :3], rays[0, :, 3:]
+    t = model.depths
+    points = origins[:, None] + directions[:, None] * t[:, None]
+    unit = directions / directions.norm(dim=-1, keepdim=True)
+    assert networks._positional_encoding(points, 10).shape[-1] == 63
+    assert networks._positional_encoding(unit, 4).shape[-1] == 27
+    with torch.no_grad():
+        colour, depth = model(rays)
+        density, sample_colour = model.field(points, unit[:, None].expand(points.shape))
+    gaps = torch.cat([t[1:] - t[:-1], torch.tensor([1e10])]) * directions.norm(dim=-1, keepdim=True)
+    alpha = 1 - torch.exp(-torch.relu(density[..., 0]) * gaps)
+    transmittance = torch.cumprod(torch.cat([torch.ones(32, 1), 1 - alpha[:, :-1]], -1), -1)
+    weights = transmittance * alpha
+    assert colour.shape == (1, 32, 3) and depth.shape == (1, 32)
+    assert bool((weights.sum(-1) <= 1 + 1e-5).all()) and 0 < float(weights.sum(-1).mean()) <= 1
+    assert torch.allclose(colour[0], (weights[..., None] * sample_colour).sum(1), atol=1e-5)
+    assert torch.allclose(depth[0], (weights * t).sum(-1), atol=1e-4)
 
 
 def test_swin_shifted_window_mask():

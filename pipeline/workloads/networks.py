@@ -2268,6 +2268,61 @@ class CapsNet(nn.Module):
         return lengths, torch.sigmoid(self.decoder((v * mask[..., None]).flatten(1)))
 
 
+# ------------------------------------------------------------ NeRF (Mildenhall et al. 2020)
+
+
+def _positional_encoding(x, frequencies: int):
+    """x and sin(2^k x), cos(2^k x) for k < `frequencies` (NeRF's gamma, input kept): 3 -> 3 + 6k."""
+    scaled = [x * 2.0 ** k for k in range(frequencies)]
+    return torch.cat([x] + [f(s) for s in scaled for f in (torch.sin, torch.cos)], dim=-1)
+
+
+class NeRF(nn.Module):
+    """A neural radiance field rendering a batch of rays (nerf-pytorch's coarse model for the
+    Blender scenes): `samples` points a ray between `near` and `far`, positions encoded with 10
+    frequencies and view directions with 4, an 8-layer MLP of 256 (the encoded position joined
+    again after the fifth layer), density from its output, colour from a 128-wide layer that
+    also sees the direction, and volume rendering by the paper's quadrature (transmittance
+    exp(-cumsum) of density times the gaps between samples before each, the last gap 1e10). The fine
+    model's importance resampling (a search over the weights' CDF) is left out. Input: rays
+    [batch, rays, 6] (origin, direction); output: colour [batch, rays, 3] and depth [batch, rays]."""
+
+    def __init__(self, rays: int = 32, samples: int = 64, width: int = 256, near: float = 2.0, far: float = 6.0):
+        super().__init__()
+        self.register_buffer("depths", torch.linspace(near, far, samples), persistent=False)
+        position, direction = 3 + 6 * 10, 3 + 6 * 4
+        self.trunk = nn.ModuleList([nn.Linear(position, width)] + [
+            nn.Linear(width + (position if i == 5 else 0), width) for i in range(1, 8)])
+        self.density = nn.Linear(width, 1)
+        self.feature = nn.Linear(width, width)
+        self.view = nn.Linear(width + direction, width // 2)
+        self.colour = nn.Linear(width // 2, 3)
+        self.example_shape = (rays, 6)
+
+    def field(self, points, directions):
+        """(density [..., 1] before its ReLU, colour [..., 3]) at points seen from directions."""
+        encoded = _positional_encoding(points, 10)
+        h = encoded
+        for i, layer in enumerate(self.trunk):
+            h = torch.relu(layer(torch.cat([encoded, h], -1) if i == 5 else h))
+        view = torch.relu(self.view(torch.cat([self.feature(h), _positional_encoding(directions, 4)], -1)))
+        return self.density(h), torch.sigmoid(self.colour(view))
+
+    def forward(self, rays):
+        origins, directions = rays[..., :3], rays[..., 3:]
+        t = self.depths
+        points = origins[..., None, :] + directions[..., None, :] * t[:, None]  # [b, rays, samples, 3]
+        unit = directions / torch.sqrt((directions * directions).sum(-1, keepdim=True))
+        density, colour = self.field(points, unit[..., None, :].expand(points.shape))
+        gaps = torch.cat([t[1:] - t[:-1], torch.full((1,), 1e10)])
+        optical = torch.relu(density[..., 0]) * gaps * torch.sqrt((directions * directions).sum(-1, keepdim=True))
+        # transmittance: the optical depth of the samples before (the last gap's 1e10 would swamp
+        # a difference of inclusive sums), times the sample's own opacity
+        before = torch.cumsum(torch.cat([torch.zeros_like(optical[..., :1]), optical[..., :-1]], -1), -1)
+        weights = torch.exp(-before) * (1 - torch.exp(-optical))
+        return (weights[..., None] * colour).sum(-2), (weights * t).sum(-1)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2282,7 +2337,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
-            "capsnet": CapsNet}
+            "capsnet": CapsNet, "nerf": NeRF}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
