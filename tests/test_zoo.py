@@ -162,7 +162,9 @@ def test_networks_run_in_torch():
                  # nerf-pytorch's coarse NeRF: 63-256, six 256-256 and a 319-256 (the skip), density
                  # 256-1, feature 256-256, the view layer 283-128 and colour 128-3
                  "nerf": sum(i * o + o for i, o in [(63, 256)] + [(256, 256)] * 6 + [(319, 256), (256, 1), (256, 256),
-                                                                                    (283, 128), (128, 3)])}
+                                                                                    (283, 128), (128, 3)]),
+                 # EDSR's x2 baseline (1.37M): 3x3 convolutions 3-64, 33 of 64-64, 64-256, 64-3
+                 "edsr": sum(9 * i * o + o for i, o in [(3, 64)] + [(64, 64)] * 33 + [(64, 256), (64, 3)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -177,7 +179,8 @@ def test_networks_run_in_torch():
                         ("poolformer_s12", (1, 1000)), ("levit_128", (1, 1000)), ("googlenet", (1, 1000)),
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
-                        ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7))]:
+                        ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
+                        ("edsr", (1, 3, 96, 96))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -291,6 +294,25 @@ def test_nerf_renders_by_quadrature():
     assert bool((weights.sum(-1) <= 1 + 1e-5).all()) and 0 < float(weights.sum(-1).mean()) <= 1
     assert torch.allclose(colour[0], (weights[..., None] * sample_colour).sum(1), atol=1e-5)
     assert torch.allclose(depth[0], (weights * t).sum(-1), atol=1e-4)
+
+
+def test_edsr_skips_and_pixel_shuffle():
+    """EDSR's residual blocks and the body's skip add their input: with every block's and the
+    body's last convolution zeroed, the output is the head, the upsampler and the tail alone;
+    the pixel shuffle puts channel 4c + 2a + b at pixel (2i + a, 2j + b) of channel c."""
+    import torch
+
+    model, (x,) = networks.build("edsr")
+    with torch.no_grad():
+        for conv in [block[2] for block in model.body] + [model.body_end]:
+            conv.weight.zero_()
+            conv.bias.zero_()
+        head = model.head(x - model.mean)
+        wide = model.upsample[0](head)
+        shuffled = model.upsample(head)
+        assert torch.allclose(model(x), model.tail(shuffled) + model.mean, atol=1e-6)
+    assert shuffled.shape == (1, 64, 96, 96)
+    assert torch.equal(shuffled[0, 5, 2 * 7 + 1, 2 * 3 + 0], wide[0, 4 * 5 + 2 * 1 + 0, 7, 3])
 
 
 def test_swin_shifted_window_mask():

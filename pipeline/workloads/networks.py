@@ -2323,6 +2323,36 @@ class NeRF(nn.Module):
         return (weights[..., None] * colour).sum(-2), (weights * t).sum(-1)
 
 
+# ------------------------------------------------------------ EDSR (Lim et al. 2017)
+
+
+class EDSR(nn.Module):
+    """EDSR's baseline for x2 super-resolution: the dataset's mean colour subtracted, a 3x3
+    convolution to 64 channels, 16 residual blocks (3x3, ReLU, 3x3, no BatchNorm, the block's
+    input added), a 3x3 convolution with the head's output added, a 3x3 convolution to 4 x 64
+    channels and a pixel shuffle to twice the size, a 3x3 convolution to RGB, the mean added
+    back. Input: a low-resolution patch [batch, 3, 48, 48] (the paper's training patch);
+    output: [batch, 3, 96, 96]."""
+
+    def __init__(self, blocks: int = 16, features: int = 64, scale: int = 2, size: int = 48):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([0.4488, 0.4371, 0.4040]).view(1, 3, 1, 1), persistent=False)
+        self.head = nn.Conv2d(3, features, 3, padding=1)
+        self.body = nn.ModuleList([nn.Sequential(nn.Conv2d(features, features, 3, padding=1), nn.ReLU(),
+                                                 nn.Conv2d(features, features, 3, padding=1)) for _ in range(blocks)])
+        self.body_end = nn.Conv2d(features, features, 3, padding=1)
+        self.upsample = nn.Sequential(nn.Conv2d(features, features * scale * scale, 3, padding=1), nn.PixelShuffle(scale))
+        self.tail = nn.Conv2d(features, 3, 3, padding=1)
+        self.example_shape = (3, size, size)
+
+    def forward(self, x):
+        x = self.head(x - self.mean)
+        h = x
+        for block in self.body:
+            h = h + block(h)
+        return self.tail(self.upsample(self.body_end(h) + x)) + self.mean
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2337,7 +2367,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
-            "capsnet": CapsNet, "nerf": NeRF}
+            "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
