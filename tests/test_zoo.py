@@ -164,7 +164,10 @@ def test_networks_run_in_torch():
                  "nerf": sum(i * o + o for i, o in [(63, 256)] + [(256, 256)] * 6 + [(319, 256), (256, 1), (256, 256),
                                                                                     (283, 128), (128, 3)]),
                  # EDSR's x2 baseline (1.37M): 3x3 convolutions 3-64, 33 of 64-64, 64-256, 64-3
-                 "edsr": sum(9 * i * o + o for i, o in [(3, 64)] + [(64, 64)] * 33 + [(64, 256), (64, 3)])}
+                 "edsr": sum(9 * i * o + o for i, o in [(3, 64)] + [(64, 64)] * 33 + [(64, 256), (64, 3)]),
+                 # torchvision's deeplabv3_resnet50 (42,004,074) less its auxiliary FCN head on
+                 # layer 3 (3x3 1024-256, BatchNorm, 1x1 256-21 with bias)
+                 "deeplabv3": 42_004_074 - (9 * 1024 * 256 + 2 * 256 + 256 * 21 + 21)}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -180,7 +183,7 @@ def test_networks_run_in_torch():
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
-                        ("edsr", (1, 3, 96, 96))]:
+                        ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -310,6 +313,26 @@ def test_edsr_skips_add_their_input():
         head = model.head(x - model.mean)
         expected = model.tail(model.upsample(model.body_end(head) + head)) + model.mean
         assert torch.allclose(model(x), expected, atol=1e-6)
+
+
+def test_deeplabv3_backbone_keeps_output_stride_8():
+    """DeepLabV3's ResNet-50 trades the last two strides for dilation as torchvision's
+    replace_stride_with_dilation does: its stages end at 56, 28, 28 and 28 for a 224 input,
+    the 3x3 convolutions of stage 3 dilate 1 then 2, of stage 4 2 then 4; the pooled ASPP
+    branch is one value per channel spread over the map."""
+    import torch
+
+    model, (x,) = networks.build("deeplabv3")
+    sizes, h = [], model.stem(x)
+    with torch.no_grad():
+        for stage in model.layers:
+            h = stage(h)
+            sizes.append(h.shape[-1])
+        pooled = torch.nn.functional.interpolate(model.pool(h), size=(28, 28), mode="bilinear", align_corners=False)
+    assert sizes == [56, 28, 28, 28] and h.shape[1] == 2048
+    assert [b.conv2.dilation[0] for b in model.layers[2]] == [1, 2, 2, 2, 2, 2]
+    assert [b.conv2.dilation[0] for b in model.layers[3]] == [2, 4, 4]
+    assert torch.allclose(pooled, pooled[..., :1, :1].expand_as(pooled))
 
 
 def test_swin_shifted_window_mask():

@@ -42,12 +42,13 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, cin: int, width: int, stride: int = 1):
+    def __init__(self, cin: int, width: int, stride: int = 1, dilation: int = 1):
         super().__init__()
         cout = width * self.expansion
         self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)  # stride on the 3x3 (v1.5)
+        # stride on the 3x3 (v1.5); a dilated 3x3 keeps the map's size (DeepLabV3's backbone)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, dilation, dilation=dilation, bias=False)
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(cout)
@@ -2353,6 +2354,47 @@ class EDSR(nn.Module):
         return self.tail(self.upsample(self.body_end(h) + x)) + self.mean
 
 
+class DeepLabV3(nn.Module):
+    """DeepLabV3 for semantic segmentation (torchvision's deeplabv3_resnet50 layout, without
+    the training-only auxiliary head): ResNet-50 at output stride 8, its last two stages
+    without stride and with 3x3 convolutions dilated 2 and 4 (each stage's first block keeps
+    the previous dilation); atrous spatial pyramid pooling over the 2048-channel map: a 1x1
+    convolution, three 3x3 convolutions dilated 12, 24 and 36, and the map's mean through a 1x1
+    convolution spread back bilinearly, each to 256 channels with BatchNorm and ReLU,
+    concatenated and projected 1x1 to 256; a 3x3 convolution, a 1x1 to the 21 VOC classes and
+    a bilinear upsampling to the input's size. Input: [batch, 3, 224, 224]."""
+
+    def __init__(self, classes: int = 21, rates: tuple[int, ...] = (12, 24, 36), size: int = 224):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        stages, cin, dilation = [], 64, 1
+        for i, n in enumerate([3, 4, 6, 3]):
+            width, stride, first = 64 * 2**i, 2 if i == 1 else 1, dilation
+            dilation *= 2 if i > 1 else 1
+            blocks = [Bottleneck(cin, width, stride, first)]
+            cin = width * Bottleneck.expansion
+            blocks += [Bottleneck(cin, width, 1, dilation) for _ in range(n - 1)]
+            stages.append(nn.Sequential(*blocks))
+        self.layers = nn.Sequential(*stages)
+        branch = lambda k, d: nn.Sequential(nn.Conv2d(cin, 256, k, padding=d if k == 3 else 0, dilation=d,
+                                                      bias=False), nn.BatchNorm2d(256), nn.ReLU())
+        self.aspp = nn.ModuleList([branch(1, 1)] + [branch(3, r) for r in rates])
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(cin, 256, 1, bias=False), nn.BatchNorm2d(256),
+                                  nn.ReLU())
+        self.project = nn.Sequential(nn.Conv2d(256 * (len(rates) + 2), 256, 1, bias=False), nn.BatchNorm2d(256),
+                                     nn.ReLU())
+        self.head = nn.Sequential(nn.Conv2d(256, 256, 3, padding=1, bias=False), nn.BatchNorm2d(256), nn.ReLU(),
+                                  nn.Conv2d(256, classes, 1))
+        self.example_shape = (3, size, size)
+
+    def forward(self, x):
+        f = self.layers(self.stem(x))
+        pooled = nn.functional.interpolate(self.pool(f), size=f.shape[-2:], mode="bilinear", align_corners=False)
+        f = self.project(torch.cat([b(f) for b in self.aspp] + [pooled], dim=1))
+        return nn.functional.interpolate(self.head(f), size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2367,7 +2409,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
-            "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR}
+            "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
