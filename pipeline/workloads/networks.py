@@ -83,22 +83,30 @@ def _downsample(cin: int, cout: int, stride: int) -> nn.Module:
 
 
 class ResNet(nn.Module):
-    def __init__(self, block, layers: list[int], num_classes: int = 1000):
+    """`dilate[i]`: stage i + 2 trades its stride for dilation, its first block keeping the
+    previous dilation (torchvision's replace_stride_with_dilation; Bottleneck blocks only).
+    `num_classes` None: the backbone alone, without the pool and the classifier."""
+
+    def __init__(self, block, layers: list[int], num_classes: int | None = 1000, dilate: tuple[bool, ...] = ()):
         super().__init__()
         self.stem = nn.Sequential(
             nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)
         )
-        stages, cin = [], 64
+        stages, cin, dilation = [], 64, 1
         for i, n in enumerate(layers):
-            width = 64 * 2**i
+            width, stride, first = 64 * 2**i, 2 if i > 0 else 1, dilation
+            if i > 0 and i <= len(dilate) and dilate[i - 1]:
+                stride, dilation = 1, dilation * 2
             blocks = []
             for j in range(n):
-                blocks.append(block(cin, width, 2 if (i > 0 and j == 0) else 1))
+                d = first if j == 0 else dilation
+                blocks.append(block(cin, width, stride if j == 0 else 1, **({"dilation": d} if d > 1 else {})))
                 cin = width * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.layers = nn.Sequential(*stages)
-        self.pool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes)
+        if num_classes is not None:
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(cin, num_classes)
 
     def forward(self, x):
         x = self.pool(self.layers(self.stem(x)))
@@ -2366,17 +2374,8 @@ class DeepLabV3(nn.Module):
 
     def __init__(self, classes: int = 21, rates: tuple[int, ...] = (12, 24, 36), size: int = 224):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
-                                  nn.MaxPool2d(3, 2, 1))
-        stages, cin, dilation = [], 64, 1
-        for i, n in enumerate([3, 4, 6, 3]):
-            width, stride, first = 64 * 2**i, 2 if i == 1 else 1, dilation
-            dilation *= 2 if i > 1 else 1
-            blocks = [Bottleneck(cin, width, stride, first)]
-            cin = width * Bottleneck.expansion
-            blocks += [Bottleneck(cin, width, 1, dilation) for _ in range(n - 1)]
-            stages.append(nn.Sequential(*blocks))
-        self.layers = nn.Sequential(*stages)
+        backbone = ResNet(Bottleneck, [3, 4, 6, 3], num_classes=None, dilate=(False, True, True))
+        self.stem, self.layers, cin = backbone.stem, backbone.layers, 2048
         branch = lambda k, d: nn.Sequential(nn.Conv2d(cin, 256, k, padding=d if k == 3 else 0, dilation=d,
                                                       bias=False), nn.BatchNorm2d(256), nn.ReLU())
         self.aspp = nn.ModuleList([branch(1, 1)] + [branch(3, r) for r in rates])
