@@ -167,7 +167,10 @@ def test_networks_run_in_torch():
                  "edsr": sum(9 * i * o + o for i, o in [(3, 64)] + [(64, 64)] * 33 + [(64, 256), (64, 3)]),
                  # torchvision's deeplabv3_resnet50 (42,004,074) less its auxiliary FCN head on
                  # layer 3 (3x3 1024-256, BatchNorm, 1x1 256-21 with bias)
-                 "deeplabv3": 42_004_074 - (9 * 1024 * 256 + 2 * 256 + 256 * 21 + 21)}
+                 "deeplabv3": 42_004_074 - (9 * 1024 * 256 + 2 * 256 + 256 * 21 + 21),
+                 # PyTorch's word_language_model, medium and tied: two LSTM layers of 650 (four
+                 # gates, two biases each) and the 650-10000 decoder, the embedding being its weight
+                 "lstm_lm": 2 * (4 * 650 * (650 + 650) + 2 * 4 * 650) + 650 * 10_000 + 10_000}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -183,7 +186,8 @@ def test_networks_run_in_torch():
                         ("mnasnet", (1, 1000)), ("alexnet", (1, 1000)), ("regnet_x_400mf", (1, 1000)),
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
-                        ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224))]:
+                        ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
+                        ("lstm_lm", (1, 10, 35, 10_000))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -333,6 +337,22 @@ def test_deeplabv3_backbone_keeps_output_stride_8():
     assert [b.conv2.dilation[0] for b in model.layers[2]] == [1, 2, 2, 2, 2, 2]
     assert [b.conv2.dilation[0] for b in model.layers[3]] == [2, 4, 4]
     assert torch.allclose(pooled, pooled[..., :1, :1].expand_as(pooled))
+
+
+def test_lstm_lm_layers_compute_one_two_layer_lstm():
+    """The language model's two one-layer LSTMs compute what torch's two-layer LSTM computes
+    with the same weights, each stream on its own."""
+    import torch
+
+    model, (x,) = networks.build("lstm_lm")
+    reference = torch.nn.LSTM(650, 650, num_layers=2, batch_first=True).eval()
+    with torch.no_grad():
+        for k, layer in enumerate(model.layers):
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(reference, f"{name}_l{k}").copy_(getattr(layer, f"{name}_l0"))
+        expected = model.decoder(reference(x[0])[0])
+        assert torch.allclose(model(x)[0], expected, atol=1e-5)
+        assert torch.allclose(model(x[:, 3:4])[0, 0], expected[3], atol=1e-5)
 
 
 def test_swin_shifted_window_mask():

@@ -2394,6 +2394,32 @@ class DeepLabV3(nn.Module):
         return nn.functional.interpolate(self.head(f), size=x.shape[-2:], mode="bilinear", align_corners=False)
 
 
+# ------------------------------------- LSTM language model (Zaremba et al. 2014; PyTorch's example)
+
+
+class LSTMLanguageModel(nn.Module):
+    """The medium word-level LSTM language model of PyTorch's word_language_model example
+    (Penn Treebank: 10,000 words, 650-wide embeddings and two LSTM layers of 650, tied decoder
+    weights): `streams` text streams of `steps` tokens scored at once, as the example
+    evaluates (10 x 35). The layers are two one-layer `nn.LSTM`s, the same computation as one
+    two-layer LSTM in eval mode, because the Relax importer unrolls one layer at a time.
+    Input: the tokens' embeddings [batch, streams, steps, 650] (the lookup is a gather, like
+    BERT's); output: next-word logits [batch, streams, steps, 10000]."""
+
+    def __init__(self, words: int = 10_000, hidden: int = 650, layers: int = 2, steps: int = 35, streams: int = 10):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.LSTM(hidden, hidden, batch_first=True) for _ in range(layers)])
+        self.decoder = nn.Linear(hidden, words)
+        self.example_shape = (streams, steps, hidden)
+
+    def forward(self, x):
+        *lead, steps, hidden = x.shape
+        h = x.reshape(-1, steps, hidden)
+        for layer in self.layers:
+            h = layer(h)[0]
+        return self.decoder(h).reshape(*lead, steps, -1)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2408,7 +2434,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "googlenet": GoogLeNet, "mnasnet": MNASNet, "alexnet": AlexNet,
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
-            "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3}
+            "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
+            "lstm_lm": LSTMLanguageModel}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
