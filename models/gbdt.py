@@ -22,7 +22,10 @@ Two objectives each:
               0..rank_levels-1 from each record's rank within its task (the best record gets
               the top grade), or with `grade_cuts` from tiers of normalized throughput; a task
               with more than `max_group` records is cut into random query groups of at most
-              that size (LightGBM refuses very large queries)
+              that size (LightGBM refuses very large queries); `rank_truncation` k > 0
+              (stores input) keeps only the pairs whose better-scored record is among the
+              first k of its group's current order (LightGBM's lambdarank_truncation_level):
+              the gradient goes to what the top of the order gets wrong, which top-1 reads
 `task_weight` p > 0 (stores input) weighs each training task by its share of a network's
 best-case time to the power p (a task of several networks: its largest share; the operator
 suite counts as one network), scaled so the tasks weigh 1 on average: a held-out network's
@@ -124,9 +127,12 @@ def task_time_weights(frame: pd.DataFrame, members: pd.DataFrame | None, power: 
     return w.reindex(frame["task_id"]).to_numpy(dtype=np.float64)
 
 
-def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarray,
+                         truncation: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """LambdaRank's gradient and hessian of `scores` (rows contiguous per query group of
-    `sizes`), NDCG gains 2**grade - 1, as LightGBM's lambdarank computes them."""
+    `sizes`), NDCG gains 2**grade - 1, as LightGBM's lambdarank computes them; with
+    `truncation` k > 0 only over the pairs one of whose records is among the k best-scored of
+    its group (LightGBM's lambdarank_truncation_level)."""
     grad = np.zeros_like(scores)
     hess = np.zeros_like(scores)
     start = 0
@@ -143,6 +149,8 @@ def lambdarank_gradients(scores: np.ndarray, grade: np.ndarray, sizes: np.ndarra
         rank[np.argsort(-s, kind="stable")] = np.arange(n)
         disc = 1.0 / np.log2(rank + 2.0)
         better = g[:, None] > g[None, :]  # pairs (i, j): i should rank above j
+        if truncation:
+            better &= np.minimum(rank[:, None], rank[None, :]) < truncation
         delta = np.abs((gain[:, None] - gain[None, :]) * (disc[:, None] - disc[None, :])) / max_dcg
         rho = 1.0 / (1.0 + np.exp(np.clip(s[:, None] - s[None, :], -50, 50)))  # sigmoid(-(s_i - s_j))
         lam = np.where(better, rho * delta, 0.0)
@@ -216,7 +224,7 @@ class _GBDT(CostModel):
     (records | stores), label_weight (regression), early_stopping_metric, num_boost_round and
     early_stopping_rounds (with a validation part), rounds_without_val, params (the library's
     own parameters), task_weight (stores), and for ranking rank_levels (or grade_cuts),
-    max_group, eval_at."""
+    rank_truncation (stores), max_group, eval_at."""
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", objective: str = "regression", input: str = "records",
                  context: list[str] | tuple[str, ...] = (), task_context: bool = False,
@@ -224,7 +232,7 @@ class _GBDT(CostModel):
                  early_stopping_metric: str = "loss", num_boost_round: int = 2000,
                  early_stopping_rounds: int = 50, rounds_without_val: int = 200, params: dict | None = None,
                  rank_levels: int = 32, grade_cuts: list[float] | tuple[float, ...] | None = None,
-                 max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
+                 rank_truncation: int = 0, max_group: int = 1024, eval_at: list[int] | tuple[int, ...] = (5,),
                  task_weight: float = 0.0, seed: int = 0, threads: int = 0):
         who = f"model {name or self.name}"
         if objective not in ("regression", "ranking"):
@@ -243,6 +251,9 @@ class _GBDT(CostModel):
         if float(task_weight) < 0 or (task_weight and input != "stores"):
             raise ValueError(f"{who}: task_weight={task_weight}; valid: 0 (every task weighs the same), or a "
                              f"power > 0 of each task's share of its network's time with input=stores")
+        if int(rank_truncation) < 0 or (rank_truncation and (objective != "ranking" or input != "stores")):
+            raise ValueError(f"{who}: rank_truncation={rank_truncation}; valid: 0 (every pair), or a count of "
+                             f"best-scored records per group with objective=ranking and input=stores")
         if cuts and objective != "ranking":
             raise ValueError(f"{who}: grade_cuts grade a ranking objective; set objective=ranking or drop them")
         if cuts:
@@ -254,7 +265,8 @@ class _GBDT(CostModel):
                        "early_stopping_metric": early_stopping_metric, "num_boost_round": int(num_boost_round),
                        "early_stopping_rounds": int(early_stopping_rounds),
                        "rounds_without_val": int(rounds_without_val), "params": dict(params or {}),
-                       "rank_levels": int(rank_levels), "grade_cuts": cuts or None, "max_group": int(max_group),
+                       "rank_levels": int(rank_levels), "grade_cuts": cuts or None,
+                       "rank_truncation": int(rank_truncation), "max_group": int(max_group),
                        "eval_at": [int(k) for k in eval_at], "task_weight": float(task_weight)}
         if roofline_base and not roofline:
             raise ValueError(f"{who}: roofline_base={roofline_base} needs the machine's peaks (roofline: gflops, gbs, "
@@ -274,6 +286,7 @@ class _GBDT(CostModel):
         self.library_params = hyperparams["params"]
         self.rank_levels = hyperparams["rank_levels"]
         self.grade_cuts = hyperparams["grade_cuts"]
+        self.rank_truncation = hyperparams["rank_truncation"]
         self.max_group = hyperparams["max_group"]
         self.eval_at = hyperparams["eval_at"]
         self.task_weight = hyperparams["task_weight"]
@@ -350,7 +363,7 @@ class _GBDT(CostModel):
         def objective(row_scores: np.ndarray):
             rec = lay.record_scores(row_scores)
             if self.ranking:
-                g, h = lambdarank_gradients(rec, lay.y, lay.sizes)
+                g, h = lambdarank_gradients(rec, lay.y, lay.sizes, self.rank_truncation)
             else:
                 g, h = rec - lay.y, np.ones_like(rec)
             if lay.w is not None:

@@ -146,6 +146,39 @@ def test_lambdarank_gradients_push_the_better_record_up():
     assert np.abs(g2).max() < np.abs(g).max()  # a better order has smaller gradients
 
 
+def test_rank_truncation_drops_the_pairs_below_the_top_of_the_order(tmp_path):
+    """With truncation k, a pair counts only if one of its records is among the k
+    best-scored: here the misordered pair at positions 3 and 4 gives no gradient, every pair
+    with the first two the same as without; k at the group's size is the full gradient. The ensemble with it
+    trains, saves and loads with the truncation of its ranking members."""
+    from models import registry
+    from models.gbdt import lambdarank_gradients
+    from pipeline.config import compose
+
+    scores = np.array([3.0, 2.0, 1.0, 0.0])
+    grade = np.array([3, 2, 0, 1])  # ordered but for records 2 and 3, below the first two
+    full, _ = lambdarank_gradients(scores, grade, np.array([4]))
+    top2, h = lambdarank_gradients(scores, grade, np.array([4]), truncation=2)
+    np.testing.assert_allclose(top2[:2], full[:2])  # every pair of the top two is kept
+    dropped = full[2] - top2[2]  # the pair (3 above 2) is gone: its lambda, and only it
+    assert dropped > 0 and (h > 0).all()
+    np.testing.assert_allclose(top2[3] - full[3], dropped)
+    np.testing.assert_allclose(lambdarank_gradients(scores, grade, np.array([4]), truncation=4)[0], full)
+    members = compose(["model=ens_ps_trunc10_fixed"]).model.members
+    assert {k: m.rank_truncation for k, m in members.items() if "rank_truncation" in m} == {
+        "lgbm_ps_rank4_task": 10, "lgbm_ps_rank4_roofbase1": 10}
+    tab = small_table()
+    model = _model("lgbm_ps_rank4_fixed", ["model.rank_truncation=3", "model.rounds_without_val=20"], tab.spec)
+    model.fit(tab, tab.take(np.arange(0)))
+    model.save(tmp_path / "m")
+    loaded = registry.load(tmp_path / "m")
+    assert loaded.rank_truncation == 3
+    np.testing.assert_allclose(loaded.predict(tab), model.predict(tab), rtol=1e-6)
+    for bad, opts in ((3, ["model.objective=regression"]), (-1, [])):
+        with pytest.raises(ValueError, match=f"rank_truncation={bad}; valid: 0 .* with objective=ranking and input=stores"):
+            _model("lgbm_ps_rank4", [f"model.rank_truncation={bad}", *opts], tab.spec)
+
+
 @pytest.mark.parametrize("name", ["lgbm", "xgb", "mlp"])
 def test_continue_fit_trains_further_in_place(name):
     tab = small_table()
