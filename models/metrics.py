@@ -23,7 +23,10 @@ Over groups of tasks (TenSet's weighted score, e.g. per held-out network):
 
 Top-k figures (peak1, peak5, top1_score, top5_score) count only tasks with at least
 `topk_min_records` evaluated records: the best of 6 records says little about picking the
-best of a design space. `n_tasks_topk` says how many tasks counted.
+best of a design space. `n_tasks_topk` says how many tasks counted. `topk_pair_acc` is
+pair_acc over those same tasks: pair_acc itself averages every task with a pair, and a
+network of many two-record tasks (elementwise ops with one or two schedules) fills it with
+tasks the top-k figures leave out.
 """
 
 from __future__ import annotations
@@ -257,6 +260,7 @@ def evaluate(frame: pd.DataFrame, scores: np.ndarray, calibrated: bool = True, s
     summary = {m: _nanmean(per_task[m]) for m in TASK_METRICS}
     for m in ("peak1", "peak5"):
         summary[m] = _nanmean(per_task.loc[per_task["topk"], m])
+    summary["topk_pair_acc"] = _nanmean(per_task.loc[per_task["topk"], "pair_acc"])
     summary.update({m: _nanmean(per_group[m]) for m in (*GROUP_METRICS, *RANDOM_METRICS)})
     summary["n_records"] = float(len(df))
     summary["n_tasks"] = float(len(per_task))

@@ -58,6 +58,16 @@ def test_topk_figures_count_only_tasks_with_topk_min_records():
     assert every.summary["top1_score"] == pytest.approx((4 / 17 + 2 / 4) / 2)
 
 
+def test_topk_pair_acc_counts_the_tasks_top_k_counts():
+    """Task a ordered slowest first, b and c fastest first: pair_acc averages the three tasks
+    (0, 1, 1), topk_pair_acc only a, the one task with 3 records or more."""
+    df = _records(LATENCIES, WEIGHTS, GROUPS)
+    scores = np.where(df["task_id"] == "a", -df["label"], df["label"]).astype(float)
+    ev = M.evaluate(df, scores, calibrated=False, topk_min_records=3)
+    assert ev.summary["pair_acc"] == pytest.approx(2 / 3) and ev.summary["topk_pair_acc"] == 0.0
+    assert M.evaluate(df, scores, calibrated=False, topk_min_records=2).summary["topk_pair_acc"] == pytest.approx(2 / 3)
+
+
 def test_ranking_metric_by_hand():
     # Rows of two tasks, interleaved: task 0 labels 1, .5, .25 scored .1, .9, .5 (predicted
     # order: .5, .25, 1); task 1 has two records of label 1.
