@@ -148,9 +148,9 @@ def test_lambdarank_gradients_push_the_better_record_up():
 
 def test_rank_truncation_drops_the_pairs_below_the_top_of_the_order(tmp_path):
     """With truncation k, a pair counts only if one of its records is among the k
-    best-scored: here the misordered pair at positions 3 and 4 gives no gradient, every pair
-    with the first two the same as without; k at the group's size is the full gradient. The ensemble with it
-    trains, saves and loads with the truncation of its ranking members."""
+    best-scored: here the misordered pair in 3rd and 4th place gives no gradient, every pair
+    with the first two the same as without; k at the group's size is the full gradient. The
+    ensemble config sets it on its two rankers; a ranker trains, saves and loads with it."""
     from models import registry
     from models.gbdt import lambdarank_gradients
     from pipeline.config import compose
