@@ -170,7 +170,11 @@ def test_networks_run_in_torch():
                  "deeplabv3": 42_004_074 - (9 * 1024 * 256 + 2 * 256 + 256 * 21 + 21),
                  # PyTorch's word_language_model, medium and tied: two LSTM layers of 650 (four
                  # gates, two biases each) and the 650-10000 decoder, the embedding being its weight
-                 "lstm_lm": 2 * (4 * 650 * (650 + 650) + 2 * 4 * 650) + 650 * 10_000 + 10_000}
+                 "lstm_lm": 2 * (4 * 650 * (650 + 650) + 2 * 4 * 650) + 650 * 10_000 + 10_000,
+                 # CycleGAN's resnet_6blocks generator (7.84M): 7x7 3-64, 3x3 64-128 and 128-256,
+                 # twelve 3x3 256-256, transposed 3x3 256-128 and 128-64, 7x7 64-3, all with bias
+                 "cyclegan": sum(k * k * i * o + o for k, i, o in [(7, 3, 64), (3, 64, 128), (3, 128, 256)]
+                                 + [(3, 256, 256)] * 12 + [(3, 256, 128), (3, 128, 64), (7, 64, 3)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -187,7 +191,7 @@ def test_networks_run_in_torch():
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
-                        ("lstm_lm", (1, 10, 35, 10_000))]:
+                        ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -354,6 +358,21 @@ def test_lstm_lm_layers_compute_one_two_layer_lstm():
         assert torch.allclose(model(x)[0], expected, atol=1e-5)
         assert torch.allclose(model(x[:, 3:4])[0, 0], expected[3], atol=1e-5)
 
+
+def test_cyclegan_normalizes_each_image_alone():
+    """CycleGAN's InstanceNorm normalizes each image's channels on their own (an image's
+    translation does not depend on the batch), the residual trunk runs at 256 channels and a
+    quarter of the size, and tanh bounds the output."""
+    import torch
+
+    model, (x,) = networks.build("cyclegan", batch=2)
+    with torch.no_grad():
+        out = model(x)
+        assert torch.allclose(model(x[1:]), out[1:], atol=1e-5) and out.abs().max() <= 1
+        trunk_input = model.net[:9](x)  # the second downsampling convolution and its InstanceNorm
+    assert trunk_input.shape == (2, 256, 32, 32)
+    assert torch.allclose(trunk_input.mean((2, 3)), torch.zeros(2, 256), atol=1e-4)
+    assert torch.allclose(trunk_input.var((2, 3), unbiased=False), torch.ones(2, 256), atol=1e-2)
 
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region

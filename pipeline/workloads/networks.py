@@ -2420,6 +2420,48 @@ class LSTMLanguageModel(nn.Module):
         return self.decoder(h).reshape(*lead, steps, -1)
 
 
+# ------------------------------------- CycleGAN's generator (Zhu et al. 2017)
+
+
+class _ReflectResidual(nn.Module):
+    """x + (reflection pad 1, 3x3, InstanceNorm, ReLU, reflection pad 1, 3x3, InstanceNorm)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3), nn.InstanceNorm2d(channels),
+                                  nn.ReLU(), nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3),
+                                  nn.InstanceNorm2d(channels))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+class CycleGANGenerator(nn.Module):
+    """CycleGAN's ResNet generator (Zhu et al. 2017; the authors' resnet_6blocks for 128x128
+    images): reflection pad 3 and a 7x7 convolution to 64 channels, two 3x3 stride-2
+    convolutions to 128 and 256, six residual blocks at 256 channels and a quarter of the
+    size, two 3x3 stride-2 transposed convolutions back to 64, reflection pad 3, a 7x7
+    convolution to RGB and tanh; InstanceNorm without affine parameters and ReLU after every
+    convolution but the last. Input: an image [batch, 3, 128, 128]; output: the translated
+    image, the same shape."""
+
+    def __init__(self, blocks: int = 6, features: int = 64, size: int = 128):
+        super().__init__()
+        f = features
+        stem = [nn.ReflectionPad2d(3), nn.Conv2d(3, f, 7), nn.InstanceNorm2d(f), nn.ReLU()]
+        down = [m for c in (f, 2 * f) for m in (nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.InstanceNorm2d(2 * c),
+                                                 nn.ReLU())]
+        up = [m for c in (4 * f, 2 * f) for m in (nn.ConvTranspose2d(c, c // 2, 3, stride=2, padding=1,
+                                                                      output_padding=1),
+                                                   nn.InstanceNorm2d(c // 2), nn.ReLU())]
+        self.net = nn.Sequential(*stem, *down, *[_ReflectResidual(4 * f) for _ in range(blocks)], *up,
+                                 nn.ReflectionPad2d(3), nn.Conv2d(f, 3, 7), nn.Tanh())
+        self.example_shape = (3, size, size)
+
+    def forward(self, x):
+        return self.net(x)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2435,7 +2477,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
-            "lstm_lm": LSTMLanguageModel}
+            "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
