@@ -26,7 +26,7 @@ from models.metrics import network_time_shares
 
 KEYS = ("model", "features", "split", "heldout", "seed")
 #: metrics shown with their spread (test_ and val_ prefixes)
-SPREAD_METRICS = ("top1_score", "top5_score", "pair_acc", "spearman")
+SPREAD_METRICS = ("top1_score", "top5_score", "pair_acc", "topk_pair_acc", "spearman")
 COUNTS = ("n_tasks", "n_tasks_topk")
 MEAN = "mean"
 REFERENCE = "ms_xgb"  # the model every paired interval is taken against
@@ -39,7 +39,8 @@ RANDOM = "random"
 def with_random_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` (run_frame) with a `random` model row per (features, split, heldout, seed):
     a random pick's exact expected top-k scores on the same test records (the runs' own
-    test_random_* metrics), pairwise accuracy 0.5 and rank correlation 0 by definition."""
+    test_random_* metrics), pairwise accuracy 0.5 (on every task and on the top-k tasks) and
+    rank correlation 0 by definition."""
     if frame.empty or "test_random_top1_score" not in frame.columns:
         return frame
     keys = ["features", "split", "heldout", "seed"]
@@ -47,7 +48,7 @@ def with_random_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return frame
     rows = runs[keys].assign(model=RANDOM, test_top1_score=runs["test_random_top1_score"],
-                             test_top5_score=runs.get("test_random_top5_score"), test_pair_acc=0.5,
+                             test_top5_score=runs.get("test_random_top5_score"), test_pair_acc=0.5, test_topk_pair_acc=0.5,
                              test_spearman=0.0, test_n_tasks=runs.get("test_n_tasks"),
                              test_n_tasks_topk=runs.get("test_n_tasks_topk"))
     return pd.concat([frame, rows], ignore_index=True)

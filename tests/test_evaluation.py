@@ -115,6 +115,7 @@ def test_random_rows_carry_the_runs_exact_chance_figures():
     assert len(out) == 6 and len(rnd) == 2  # one per (features, split, held-out, seed), not per model
     assert rnd.loc[0, "test_top1_score"] == 0.2 and rnd.loc[1, "test_top5_score"] == pytest.approx(0.4)
     assert (rnd["test_pair_acc"] == 0.5).all() and (rnd["test_spearman"] == 0.0).all()
+    assert (rnd["test_topk_pair_acc"] == 0.5).all()
     assert (rnd["test_n_tasks_topk"] == 3).all()
     assert len(E.with_random_rows(runs.drop(columns="test_random_top1_score"))) == 4
 

@@ -286,6 +286,7 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
                                                           for m in ("lgbm", "lgbm_ps", "random")}
     chance = table[table["model"] == "random"].set_index("heldout")
     assert (chance["test_pair_acc"] == 0.5).all() and (chance["test_top1_score"] < 1).all()
+    assert (chance["test_topk_pair_acc"] == 0.5).all()
     table = table[table["model"] != "random"]
     assert (table["n_seeds"] == 2).all()
     for model in ("lgbm", "lgbm_ps"):
@@ -297,13 +298,16 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
             assert (rows.loc[net, "test_pair_acc_min"], rows.loc[net, "test_pair_acc_max"]) == pytest.approx(
                 (vals.min(), vals.max()))
             assert rows.loc[net, "test_n_tasks_topk"] == 1
+            # pairwise accuracy over the top-k tasks alone (one here), beside the every-task figure
+            topk = mine.loc[mine["tags.heldout"] == net, "metrics.test_topk_pair_acc"]
+            assert rows.loc[net, "test_topk_pair_acc"] == pytest.approx(topk.mean())
         per_net = rows.loc[["netA", "netB"], "test_top1_score"]
         assert rows.loc["mean", "test_top1_score"] == pytest.approx(per_net.mean())
         assert rows.loc["mean", "test_top1_score_min"] == pytest.approx(per_net.min())
     report = Path(out["evaluation"]).read_text()
     assert Path(out["evaluation"]) == root / "reports" / "evaluation-by_network-static.md"
     assert "## Leave one network out" in report and "## Ablation (ordered by val_top1_score" in report
-    assert report.count("| lgbm_ps ") >= 4
+    assert report.count("| lgbm_ps ") >= 4 and "| top-k pair acc " in report
     # each run validated on one whole training network, and the report names them per held-out network
     validated: dict[str, set] = {}
     for held, info in zip(runs["tags.heldout"], runs["params.split.info"]):

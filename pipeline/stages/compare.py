@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 FIRST = ["model", "features", "split", "heldout", "seed"]
 SHOWN = {"test_top1_score": "top-1", "test_top5_score": "top-5", "test_pair_acc": "pair acc",
-         "test_spearman": "Spearman"}
+         "test_topk_pair_acc": "top-k pair acc", "test_spearman": "Spearman"}
 REFERENCE_PREFIX = "trained on "  # compare.against: the other workspace's runs, as the reference model
 EACH = "each"  # features=each (conf/features/each.yaml): every set of train.features
 
@@ -78,7 +78,8 @@ def comparison_table(runs: pd.DataFrame) -> pd.DataFrame:
     runs = tracking.with_split_tags(runs)
     out = pd.DataFrame({k: runs[f"tags.{k}"] for k in FIRST[:3]})
     out["heldout"], out["seed"] = runs["tags.heldout"], runs["tags.split_seed"]
-    metric_cols = [f"test_{m}" for m in ALL_METRICS] + [f"val_{m}" for m in ("top1_score", "peak1", "pair_acc")] + \
+    metric_cols = [f"test_{m}" for m in (*ALL_METRICS, "topk_pair_acc")] + \
+                  [f"val_{m}" for m in ("top1_score", "peak1", "pair_acc")] + \
                   ["train_seconds", "predict_per_s", "n_train", "n_val", "n_test", "test_n_tasks", "test_n_tasks_topk"]
     for m in metric_cols:
         col = f"metrics.{m}"
