@@ -670,7 +670,11 @@ def _card_provenance(m: dict) -> list[str]:
     lines = ["## How it was made", ""]
     times = _stage_times(m.get("commands") or [])
     if times:
-        lines += ["Stage wall times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in times.items()), "", "```"]
+        # history.jsonl has no task list per run: a workspace reused for several releases
+        # (a network at a time) lists and sums the runs made for the earlier ones too.
+        lines += ["Every run this workspace has logged (`history.jsonl`), including any made for an earlier "
+                  "release from it; stage wall times summed over them (s): "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in times.items()), "", "```"]
         lines += [_command(c) for c in m["commands"]]
         lines += ["```"]
     v = m.get("versions", {})
