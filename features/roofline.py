@@ -3,7 +3,10 @@
 Pruner's static analyzer in CPU form: a store's floating-point work runs no faster than the
 machine's peak shared by the cores its parallel loops can occupy and the SIMD lanes its
 vectorized loops fill, and its cache lines move no faster than the memory bandwidth of those
-cores. The larger of the two times bounds the store; a record's bound is the sum over its
+cores. Every line a store touches counts as moved from memory, unless `cache_bytes` is given:
+then a buffer whose reuse distance (PerStoreFeature's reuse_dis_bytes: the bytes touched
+between two uses of the same data) fits in that much cache moves each of its lines once
+(unique_lines), and only a buffer whose reuse spills it pays for every touch. The larger of the two times bounds the store; a record's bound is the sum over its
 stores. Alone it ranks a network's convolutions about as well as a model trained on other
 networks; as columns beside the 164 values it gives trees a hardware-grounded scale they
 would otherwise have to learn from data of one machine.
@@ -34,6 +37,7 @@ class Peaks:
     gbs: float
     cores: int
     lanes: int = 8  # fp32 lanes of a SIMD register (AVX2)
+    cache_bytes: float = 0.0  # cache a core's reuse may stay in (0: every touched line from memory)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,11 +70,13 @@ def store_bounds(stores: np.ndarray, peaks: Peaks, columns: tuple[str, ...] | li
     """[n, 3] float32 (COLUMNS): log2(1 + ns) of the compute time, the memory time and their
     maximum for each store row; `columns` names the rows' values (PerStoreFeature names)."""
     names = {n: i for i, n in enumerate(columns)}
-    missing = [f for f in (*FLOAT_OPS, "parallel_prod", "vec_prod", "b0_lines") if f not in names]
+    needed = [*FLOAT_OPS, "parallel_prod", "vec_prod", "b0_lines"]
+    needed += ["b0_unique_lines", "b0_reuse_dis_bytes"] if peaks.cache_bytes > 0 else []
+    missing = [f for f in needed if f not in names]
     if missing:
         raise ValueError(f"roofline needs the PerStoreFeature values {missing}: keep them in the model's store columns")
     flops = sum(_count(stores, names, f) for f in FLOAT_OPS)
-    lines = sum(_count(stores, names, f"b{i}_lines") for i in range(5) if f"b{i}_lines" in names)
+    lines = sum(_moved_lines(stores, names, i, peaks.cache_bytes) for i in range(5) if f"b{i}_lines" in names)
     cores = np.clip(_count(stores, names, "parallel_prod"), 1.0, peaks.cores)
     lanes = np.clip(_count(stores, names, "vec_prod"), 1.0, peaks.lanes)
     per_lane = peaks.gflops / (peaks.cores * peaks.lanes)  # GFLOP/s = FLOP/ns
@@ -78,6 +84,16 @@ def store_bounds(stores: np.ndarray, peaks: Peaks, columns: tuple[str, ...] | li
     memory_ns = np.maximum(lines, 0.0) * LINE_BYTES / (peaks.gbs / peaks.cores * cores)  # GB/s = B/ns
     out = np.stack([compute_ns, memory_ns, np.maximum(compute_ns, memory_ns)], axis=1)
     return np.log2(1.0 + out).astype(np.float32)
+
+
+def _moved_lines(stores: np.ndarray, names: dict[str, int], i: int, cache_bytes: float) -> np.ndarray:
+    """The cache lines buffer `i` moves from memory: every touched one, or with a cache, each
+    once where its data is reused within `cache_bytes`."""
+    touched = _count(stores, names, f"b{i}_lines")
+    if cache_bytes <= 0:
+        return touched
+    reuse = _count(stores, names, f"b{i}_reuse_dis_bytes")
+    return np.where((reuse > 0) & (reuse <= cache_bytes), _count(stores, names, f"b{i}_unique_lines"), touched)
 
 
 def record_bound_ns(stores: np.ndarray, offsets: np.ndarray, peaks: Peaks, columns) -> np.ndarray:

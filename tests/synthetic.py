@@ -59,3 +59,21 @@ def additive_table(seed=0, n_tasks=6, per_task=40, d=5) -> TrainingTable:
     df = pd.DataFrame(rows)
     df["mean_s"] = 1.0 / df["label"].clip(lower=1e-3)
     return training_table(df, stores, FeatureSpec("static", [], [f"s{j}" for j in range(d)]), {"static": []})
+
+
+def per_store_feature_table(seed=0, n_tasks=3, per_task=24) -> TrainingTable:
+    """Records whose stores carry PerStoreFeature's 164 named values as it stores counts
+    (log2(1 + x) of random counts), so that the roofline can read them; latency follows the
+    bytes the first buffer touches."""
+    from pipeline.core import schema as S
+
+    names = list(S.PER_STORE_FEATURE_NAMES)
+    rows, stores = [], []
+    for rng, t, i, s in random_stores(seed, n_tasks, per_task, len(names), 3):
+        s = np.log2(1.0 + np.exp2(np.abs(s) * 6.0)).astype(np.float32)
+        stores.append(s)
+        rows.append(dict(record_id=f"t{t}r{i}", task_id=f"t{t}", network="", group="all", weight=1,
+                         mean_s=float(1e-6 * np.exp2(s[:, names.index("b0_lines")]).sum())))
+    df = pd.DataFrame(rows)
+    df["label"] = df.groupby("task_id")["mean_s"].transform("min") / df["mean_s"]
+    return training_table(df, stores, FeatureSpec("static", [], names), {"static": []})

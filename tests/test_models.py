@@ -10,7 +10,7 @@ from models import metrics as M
 from models.base import FeatureSpec
 from models.splits import make_split
 
-from synthetic import additive_table, small_table
+from synthetic import additive_table, per_store_feature_table, small_table
 
 
 def _model(name: str, overrides: list[str] | None = None, spec: FeatureSpec | None = None):
@@ -178,6 +178,26 @@ def test_rank_truncation_drops_the_pairs_below_the_top_of_the_order(tmp_path):
         with pytest.raises(ValueError, match=f"rank_truncation={bad}; valid: 0 .* with objective=ranking and input=stores"):
             _model("lgbm_ps_rank4", [f"model.rank_truncation={bad}", *opts], tab.spec)
 
+
+def test_roofline_cache_reaches_the_ranker_and_its_saved_copy(tmp_path):
+    """The ensemble config gives its roofline member a cache (the other members none); a
+    ranker with a cache trains, saves and loads with it, predicting the same."""
+    from models import registry
+    from pipeline.config import compose
+
+    members = compose(["model=ens_ps_cache_fixed"]).model.members
+    assert {k: (m.get("roofline") or {}).get("cache_bytes") for k, m in members.items()} == {
+        "lgbm_ps_rank4_task": None, "lgbm_ps_rank4_roofbase1": 1048576, "xgb_ps": None}
+    tab = per_store_feature_table()
+    model = _model("lgbm_ps_rank4_roofbase1", ["+model.roofline.cache_bytes=1048576", "model.rounds_without_val=20",
+                                                "model.early_stopping_rounds=0"], tab.spec)
+    model.fit(tab, tab.take(np.arange(0)))
+    model.save(tmp_path / "m")
+    loaded = registry.load(tmp_path / "m")
+    assert model.peaks.cache_bytes == loaded.peaks.cache_bytes == 1048576
+    np.testing.assert_allclose(loaded.predict(tab), model.predict(tab), rtol=1e-6)
+    without = _model("lgbm_ps_rank4_roofbase1", [], tab.spec)  # the start it corrects differs
+    assert not np.allclose(model._base(tab.stores, tab.offsets), without._base(tab.stores, tab.offsets))
 
 @pytest.mark.parametrize("name", ["lgbm", "xgb", "mlp"])
 def test_continue_fit_trains_further_in_place(name):

@@ -55,3 +55,17 @@ def test_memory_bound_store_and_record_sum():
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match="vec_prod"):
         store_bounds(np.zeros((1, 3), np.float32), PEAKS, ["float_mad", "parallel_prod", "b0_lines"])
+
+
+def test_a_cache_moves_a_reused_buffers_lines_once():
+    """With cache_bytes, a buffer whose reuse distance fits in the cache moves its unique
+    lines; one whose reuse spills the cache (or that is not reused) moves every touched line."""
+    cached = Peaks(gflops=64.0, gbs=16.0, cores=2, lanes=8, cache_bytes=1024 * 1024)
+    fits = _store(parallel_prod=2, b0_lines=1e5, b0_unique_lines=1e3, b0_reuse_dis_bytes=64 * 1024)
+    spills = _store(parallel_prod=2, b0_lines=1e5, b0_unique_lines=1e3, b0_reuse_dis_bytes=8 * 1024 * 1024)
+    no_reuse = _store(parallel_prod=2, b0_lines=1e5, b0_unique_lines=1e5)
+    moved = [_ns(store_bounds(r[None], cached, NAMES)[0][1]) * 16 / 64 for r in (fits, spills, no_reuse)]
+    assert moved == pytest.approx([1e3, 1e5, 1e5], rel=1e-4)
+    assert _ns(store_bounds(fits[None], PEAKS, NAMES)[0][1]) * 16 / 64 == pytest.approx(1e5, rel=1e-4)  # no cache
+    with pytest.raises(ValueError, match="b0_reuse_dis_bytes"):
+        store_bounds(np.zeros((1, 4), np.float32), cached, ["float_mad", "parallel_prod", "vec_prod", "b0_lines"])
