@@ -330,8 +330,8 @@ def evaluation_text(cfg, ws: Workspace, what: str, select: str, tables: dict,
     heldout, intervals, splits, ablation = (tables[k] for k in ("heldout", "intervals", "splits", "ablation"))
     text = [f"# Evaluation of workspace {ws.name}: {what}\n",
             f"Means with [min, max]: over seeds per held-out network, over held-out networks in the `mean` rows, over "
-            f"runs (seeds) per split. Test part; top-k figures (top-1, top-5) over the tasks with at least "
-            f"{cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
+            f"runs (seeds) per split. Test part; top-k figures (top-1, top-5, top-k pair acc) over the tasks with at "
+            f"least {cfg.train.topk_min_records} test records (`top-k tasks`: counted / all). Models are chosen on "
             f"{select} only (the ablation); the test columns are the report.\n"]
     if validated_on:
         text += ["Validation: one whole training network per run (`split.val_unit=network`, the seed-th in name "
