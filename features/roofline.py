@@ -6,10 +6,11 @@ vectorized loops fill, and its cache lines move no faster than the memory bandwi
 cores. Every line a store touches counts as moved from memory, unless `cache_bytes` is given:
 then a buffer whose reuse distance (PerStoreFeature's reuse_dis_bytes: the bytes touched
 between two uses of the same data) fits in that much cache moves each of its lines once
-(unique_lines), and only a buffer whose reuse spills it pays for every touch. The larger of the two times bounds the store; a record's bound is the sum over its
-stores. Alone it ranks a network's convolutions about as well as a model trained on other
-networks; as columns beside the 164 values it gives trees a hardware-grounded scale they
-would otherwise have to learn from data of one machine.
+(unique_lines), and only a buffer whose reuse spills it pays for every touch. The larger of
+the two times bounds the store; a record's bound is the sum over its stores. Alone it ranks
+a network's convolutions about as well as a model trained on other networks; as columns
+beside the 164 values it gives trees a hardware-grounded scale they would otherwise have to
+learn from data of one machine.
 
 PerStoreFeature stores counts as slog(x) = log2(1 + x) (verified: the float counts of a
 record's stores add up to the task's FLOPs); the values here undo that, and the columns

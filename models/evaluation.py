@@ -48,8 +48,8 @@ def with_random_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return frame
     rows = runs[keys].assign(model=RANDOM, test_top1_score=runs["test_random_top1_score"],
-                             test_top5_score=runs.get("test_random_top5_score"), test_pair_acc=0.5, test_topk_pair_acc=0.5,
-                             test_spearman=0.0, test_n_tasks=runs.get("test_n_tasks"),
+                             test_top5_score=runs.get("test_random_top5_score"), test_pair_acc=0.5,
+                             test_topk_pair_acc=0.5, test_spearman=0.0, test_n_tasks=runs.get("test_n_tasks"),
                              test_n_tasks_topk=runs.get("test_n_tasks_topk"))
     return pd.concat([frame, rows], ignore_index=True)
 
