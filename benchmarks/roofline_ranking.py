@@ -7,8 +7,9 @@ moves each line once), features/roofline.py. No model is trained: the bound is t
         [--gflops 210 --gbs 28 --cores 2 --lanes 8] [--min-records 32]
 
 Prints, over the tasks with at least --min-records timed records (those of the excluded
-networks left out, so that a held-out network is never looked at), the mean per-task pairwise
-accuracy and top-1 score of the bound for each cache size, and each against no cache.
+networks left out, so that a held-out network is never looked at), the bound's pairwise
+accuracy and top-1 score per task and per network (models/metrics.py `evaluate`, as a model's
+are scored) for each cache size, and each against no cache.
 """
 
 from __future__ import annotations
@@ -31,16 +32,6 @@ def bounds(stores: pd.DataFrame, peaks) -> pd.Series:
     return pd.Series(ns, index=stores["record_id"].drop_duplicates().to_numpy())
 
 
-def task_scores(records: pd.DataFrame, score: str) -> tuple[float, float]:
-    """(pairwise accuracy, top-1 score) of `score` (lower = predicted faster) within a task."""
-    t, s = records["mean_s"].to_numpy(), records[score].to_numpy()
-    i, j = np.triu_indices(len(t), 1)
-    keep = t[i] != t[j]
-    pair = float(np.mean((s[i] < s[j])[keep] == (t[i] < t[j])[keep])) if keep.any() else np.nan
-    picked = t[s == s.min()].mean()  # ties: the expected latency of a pick among them
-    return pair, float(t.min() / picked)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workspace", required=True, help="a collected workspace folder (stage=collect done)")
@@ -54,7 +45,7 @@ def main() -> None:
     args = p.parse_args()
 
     from features import roofline as roof, static
-    from models import tables as T
+    from models import metrics as M, tables as T
     from pipeline.core.workspace import Workspace
 
     ws = Workspace(Path(args.workspace))
@@ -64,27 +55,21 @@ def main() -> None:
     labels = labels[~labels["task_id"].isin(left_out)]
     _, stores = static.load(ws)
     stores = stores[stores["record_id"].isin(labels["record_id"])]
-    sizes = [0.0, *args.cache_bytes]
-    table = labels.set_index("record_id")[["task_id", "mean_s"]]
-    for c in sizes:
+    labels = labels[labels["record_id"].isin(set(stores["record_id"]))].reset_index(drop=True)
+    figures = {}
+    for c in [0.0, *args.cache_bytes]:
         peaks = roof.Peaks(gflops=args.gflops, gbs=args.gbs, cores=args.cores, lanes=args.lanes, cache_bytes=c)
-        table[f"cache {c:.0f}"] = bounds(stores, peaks)
-    table = table.dropna()
-    cols = [f"cache {c:.0f}" for c in sizes]
-    rows = []
-    for task, g in table.groupby("task_id"):
-        if len(g) >= args.min_records:
-            rows.append({"task_id": task, **{f"{c} {m}": v for c in cols for m, v in zip(("pair", "top1"),
-                                                                                       task_scores(g, c))}})
-    out = pd.DataFrame(rows)
-    print(f"{args.workspace}: {len(out)} tasks with >= {args.min_records} records "
+        bound = bounds(stores, peaks).reindex(labels["record_id"]).to_numpy()
+        # the bound is a time: the fastest-bounded record is the pick (metrics rank higher first)
+        ev = M.evaluate(labels, -bound, calibrated=False, topk_min_records=args.min_records)
+        figures[f"cache {c:.0f} B" if c else "no cache"] = ev.summary
+    first = next(iter(figures.values()))
+    print(f"{args.workspace}: {first['n_tasks_topk']:.0f} tasks with >= {args.min_records} records "
           f"({len(left_out)} tasks of {', '.join(args.exclude_networks) or 'no network'} left out)")
-    base_pair, base_top1 = out[f"{cols[0]} pair"].mean(), out[f"{cols[0]} top1"].mean()
-    for c in cols:
-        pair, top1 = out[f"{c} pair"].mean(), out[f"{c} top1"].mean()
-        print(f"{c + ' B' if c != cols[0] else 'no cache':>16}: pairwise {pair:.3f} ({pair / base_pair:.3f}x), "
-              f"top-1 {top1:.3f} ({top1 / base_top1:.3f}x)")
-
+    for name, f in figures.items():
+        print(f"{name:>16}: " + ", ".join(
+            f"{label} {f[key]:.3f} ({f[key] / first[key]:.3f}x)" for label, key in
+            (("pairwise", "topk_pair_acc"), ("per-task top-1", "peak1"), ("network top-1", "top1_score"))))
 
 if __name__ == "__main__":
     main()
