@@ -18,18 +18,6 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-
-
-def bounds(stores: pd.DataFrame, peaks) -> pd.Series:
-    """Each record's roofline bound in ns (the sum over its stores)."""
-    from features import roofline as roof
-    from pipeline.core import schema as S
-
-    names = list(S.PER_STORE_FEATURE_NAMES)
-    offsets = np.r_[0, np.cumsum(stores.groupby("record_id", sort=False).size().to_numpy())]
-    ns = roof.record_bound_ns(stores[names].to_numpy(np.float32), offsets, peaks, names)
-    return pd.Series(ns, index=stores["record_id"].drop_duplicates().to_numpy())
 
 
 def main() -> None:
@@ -44,24 +32,22 @@ def main() -> None:
     p.add_argument("--min-records", type=int, default=32)
     args = p.parse_args()
 
-    from features import roofline as roof, static
+    from features import roofline as roof
     from models import metrics as M, tables as T
     from pipeline.core.workspace import Workspace
 
     ws = Workspace(Path(args.workspace))
-    labels = T.labelled_records(ws)
+    table = T.build_table(ws, "static")  # the records a model trains on, their stores packed per record
     members = ws.read("network_tasks")
     left_out = set(members.loc[members["network"].isin(args.exclude_networks), "task_id"])
-    labels = labels[~labels["task_id"].isin(left_out)]
-    _, stores = static.load(ws)
-    stores = stores[stores["record_id"].isin(labels["record_id"])]
-    labels = labels[labels["record_id"].isin(set(stores["record_id"]))].reset_index(drop=True)
+    table = table.take(np.flatnonzero(~table.frame["task_id"].isin(left_out).to_numpy()))
     figures = {}
     for c in [0.0, *args.cache_bytes]:
         peaks = roof.Peaks(gflops=args.gflops, gbs=args.gbs, cores=args.cores, lanes=args.lanes, cache_bytes=c)
-        bound = bounds(stores, peaks).reindex(labels["record_id"]).to_numpy()
+        bound = roof.record_bound_ns(table.stores, table.offsets, peaks, table.spec.store_columns)
         # the bound is a time: the fastest-bounded record is the pick (metrics rank higher first)
-        ev = M.evaluate(labels, -bound, calibrated=False, topk_min_records=args.min_records)
+        ev = M.evaluate(table.frame, -bound, calibrated=False, members=table.members,
+                        topk_min_records=args.min_records)
         figures[f"cache {c:.0f} B" if c else "no cache"] = ev.summary
     first = next(iter(figures.values()))
     print(f"{args.workspace}: {first['n_tasks_topk']:.0f} tasks with >= {args.min_records} records "
