@@ -174,7 +174,11 @@ def test_networks_run_in_torch():
                  # CycleGAN's resnet_6blocks generator (7.84M): 7x7 3-64, 3x3 64-128 and 128-256,
                  # twelve 3x3 256-256, transposed 3x3 256-128 and 128-64, 7x7 64-3, all with bias
                  "cyclegan": sum(k * k * i * o + o for k, i, o in [(7, 3, 64), (3, 64, 128), (3, 128, 256)]
-                                 + [(3, 256, 256)] * 12 + [(3, 256, 128), (3, 128, 64), (7, 64, 3)])}
+                                 + [(3, 256, 256)] * 12 + [(3, 256, 128), (3, 128, 64), (7, 64, 3)]),
+                 # tensorflow-wavenet's defaults (1.52M): causal kernel-2 256-32, fifty layers of a
+                 # dilated kernel-2 32-64, 1x1 32-32 and 32-512, the head 1x1 512-512 and 512-256
+                 "wavenet": sum(k * i * o + o for k, i, o in [(2, 256, 32)] + [(2, 32, 64), (1, 32, 32), (1, 32, 512)] * 50
+                                + [(1, 512, 512), (1, 512, 256)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -191,7 +195,8 @@ def test_networks_run_in_torch():
                         ("pointnet", (1, 40)), ("mobilenet_v3_large", (1, 1000)), ("vgg11", (1, 1000)),
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
-                        ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128))]:
+                        ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
+                        ("wavenet", (1, 256, 8000))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -373,6 +378,23 @@ def test_cyclegan_normalizes_each_image_alone():
     assert trunk_input.shape == (2, 256, 32, 32)
     assert torch.allclose(trunk_input.mean((2, 3)), torch.zeros(2, 256), atol=1e-4)
     assert torch.allclose(trunk_input.var((2, 3), unbiased=False), torch.ones(2, 256), atol=1e-2)
+
+def test_wavenet_sees_the_past_within_its_receptive_field():
+    """WaveNet's output at a sample depends on the 5,117 samples up to it (1 + five stacks of
+    dilations summing to 1,023) and on none after it: the gradient of one output sample's
+    logits over the input is nonzero exactly there."""
+    import torch
+
+    model, _ = networks.build("wavenet", samples=6000)
+    model.double()  # the farthest samples' gradients (~1e-48) vanish in float32
+    x = torch.nn.functional.one_hot(torch.randint(0, 256, (1, 6000)), 256).double().transpose(1, 2)
+    x.requires_grad_(True)
+    t = 5500
+    model(x)[0, :, t].sum().backward()
+    reached = x.grad.abs().sum(1)[0].nonzero().flatten()
+    assert reached.min().item() == t - 5116 and reached.max().item() == t
+    assert len(reached) == 5117
+
 
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region

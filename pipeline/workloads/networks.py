@@ -2462,6 +2462,52 @@ class CycleGANGenerator(nn.Module):
         return self.net(x)
 
 
+# ------------------------------------- WaveNet (van den Oord et al. 2016)
+
+
+class _WaveNetLayer(nn.Module):
+    """A dilated causal convolution (kernel 2) to twice the residual width, tanh of one half
+    times the sigmoid of the other, then a 1x1 to the residual (added to the input) and a
+    1x1 to the skip connections."""
+
+    def __init__(self, residual: int, skip: int, dilation: int):
+        super().__init__()
+        self.dilated = nn.Conv1d(residual, 2 * residual, 2, dilation=dilation, padding=dilation)
+        self.residual = nn.Conv1d(residual, residual, 1)
+        self.skip = nn.Conv1d(residual, skip, 1)
+
+    def forward(self, x):
+        filter_, gate = self.dilated(x)[..., :x.shape[-1]].chunk(2, dim=1)  # the first samples: causal
+        z = torch.tanh(filter_) * torch.sigmoid(gate)
+        return x + self.residual(z), self.skip(z)
+
+
+class WaveNet(nn.Module):
+    """WaveNet over mu-law audio (tensorflow-wavenet's defaults: 256 levels one-hot, a causal
+    kernel-2 convolution to 32 channels, five stacks of ten layers dilated 1, 2, ..., 512, skip
+    connections of 512 summed, ReLU, 1x1 to 512, ReLU, 1x1 to 256 logits), scoring half a
+    second at 16 kHz (8,000 samples) at once, as in training and teacher-forced scoring.
+    Receptive field 5,117 samples. Input: one-hot samples [batch, 256, 8000]; output: the next
+    sample's logits [batch, 256, 8000]."""
+
+    def __init__(self, levels: int = 256, residual: int = 32, skip: int = 512, stacks: int = 5, depth: int = 10,
+                 samples: int = 8000):
+        super().__init__()
+        self.causal = nn.Conv1d(levels, residual, 2, padding=1)
+        self.layers = nn.ModuleList([_WaveNetLayer(residual, skip, 2 ** k) for _ in range(stacks)
+                                     for k in range(depth)])
+        self.head = nn.Sequential(nn.ReLU(), nn.Conv1d(skip, skip, 1), nn.ReLU(), nn.Conv1d(skip, levels, 1))
+        self.example_shape = (levels, samples)
+
+    def forward(self, x):
+        h = self.causal(x)[..., :x.shape[-1]]
+        skips = 0
+        for layer in self.layers:
+            h, s = layer(h)
+            skips = skips + s
+        return self.head(skips)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2477,7 +2523,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
-            "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator}
+            "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
