@@ -295,20 +295,26 @@ def paired_intervals(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference
 def per_task_scores(per_task: pd.DataFrame, weights: pd.DataFrame, *, reference: str = REFERENCE) -> pd.DataFrame:
     """Where a held-out network's weighted top-1 score is won or lost, task by task: each
     task's top-1 score (best_s / top1_s) per model, mean over seeds; its share of the
-    network's best-case time (weight x best_s, the weighting of TenSet's score); and the score
-    minus `reference`'s on the same task (empty where the reference has no run).
+    network's best-case time (weight x best_s, the weighting of TenSet's score); its share of
+    the time the model's first picks take (weight x top1_s; per seed, then the mean), which
+    shows a task whose slow picks dominate a pass although its best case is a sliver; and the
+    score minus `reference`'s on the same task (empty where the reference has no run).
 
     `per_task` and `weights` as for `paired_intervals`. Rows: features, heldout, model,
-    task_id, weight, share, score, minus_<reference>, n_seeds; the largest share first."""
+    task_id, weight, share, picked_share, score, minus_<reference>, n_seeds; the largest share
+    first."""
     minus = f"minus_{reference}"
-    columns = ["features", "heldout", "model", "task_id", "weight", "share", "score", minus, "n_seeds"]
+    columns = ["features", "heldout", "model", "task_id", "weight", "share", "picked_share", "score", minus, "n_seeds"]
     if per_task.empty or "top1_s" not in per_task.columns:
         return pd.DataFrame(columns=columns)
     keys = ["features", "heldout", "task_id"]
     df = per_task.merge(weights, on=["heldout", "task_id"], how="left")
     df = df.assign(weight=df["weight"].fillna(1.0), score=df["best_s"] / df["top1_s"])
+    df["picked_share"] = network_time_shares(df["weight"], df["top1_s"],
+                                             [df["features"], df["heldout"], df["model"], df["seed"]])
     out = df.groupby([*keys, "model"], as_index=False).agg(
-        weight=("weight", "first"), best_s=("best_s", "mean"), score=("score", "mean"), n_seeds=("seed", "nunique"))
+        weight=("weight", "first"), best_s=("best_s", "mean"), picked_share=("picked_share", "mean"),
+        score=("score", "mean"), n_seeds=("seed", "nunique"))
     out["share"] = network_time_shares(out["weight"], out["best_s"], [out["features"], out["heldout"], out["model"]])
     ref = out[out["model"] == reference].set_index(keys)["score"]
     out[minus] = out["score"].to_numpy() - ref.reindex(pd.MultiIndex.from_frame(out[keys])).to_numpy()

@@ -152,8 +152,9 @@ def test_paired_intervals_against_the_reference():
 
 
 def test_per_task_scores_share_score_and_margin():
-    """Task by task: the share of the network's best-case time (weight x best), the top-1
-    score over seeds, and that minus the reference's on the same task."""
+    """Task by task: the share of the network's best-case time (weight x best) and of the
+    time the first picks take (weight x picked, per seed), the top-1 score over seeds, and
+    that minus the reference's on the same task."""
     from models.evaluation import per_task_scores
 
     rows = []
@@ -163,6 +164,10 @@ def test_per_task_scores_share_score_and_margin():
     weights = pd.DataFrame({"heldout": "net", "task_id": ["t0", "t1"], "weight": [3.0, 1.0]})
     out = per_task_scores(pd.DataFrame(rows), weights).set_index(["model", "task_id"])
     assert out.loc[("a", "t0"), "share"] == pytest.approx(0.75) and out.loc[("a", "t1"), "share"] == pytest.approx(0.25)
+    # of the picks' time: t0 took 3 x 2 of 7 s, then 3 x 4 of 13 s
+    assert out.loc[("a", "t0"), "picked_share"] == pytest.approx((6 / 7 + 12 / 13) / 2)
+    assert out.loc[("ms_xgb", "t1"), "picked_share"] == pytest.approx(0.4)
+    assert out.groupby("model")["picked_share"].sum().tolist() == pytest.approx([1.0, 1.0])
     assert out.loc[("a", "t0"), "score"] == pytest.approx(0.375) and out.loc[("a", "t1"), "score"] == 1.0
     assert out.loc[("a", "t0"), "minus_ms_xgb"] == pytest.approx(-0.625)
     assert out.loc[("a", "t1"), "minus_ms_xgb"] == pytest.approx(0.5)

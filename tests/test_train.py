@@ -321,6 +321,7 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     # and its top-1 score, over seeds, is the network's weighted one; no ms_xgb, no margin
     tasks_csv = pd.read_csv(root / "reports" / "per_task-by_network-static.csv")
     assert len(tasks_csv) == 4 and (tasks_csv["share"] == 1.0).all() and tasks_csv["minus_ms_xgb"].isna().all()
+    assert (tasks_csv["picked_share"] == 1.0).all()  # one scored task per network: all of the picks' time
     assert set(tasks_csv["name"]) <= set(tasks["name"]) and (tasks_csv["n_seeds"] == 2).all()
     nets = table[table["model"] != "random"].set_index(["heldout", "model"])["test_top1_score"]
     for held, model, score in zip(tasks_csv["heldout"], tasks_csv["model"], tasks_csv["score"]):

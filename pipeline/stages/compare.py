@@ -17,8 +17,9 @@ jobs of a sweep (`-m stage=compare split=within_task,by_task`) each keep theirs:
                             (`mlflow.best_metric`)
   heldout<sel>.csv, splits<sel>.csv, ablation<sel>.csv   the same tables with every column
   per_task<sel>.csv         per held-out network, task and model: the task's share of the
-                            network's best-case time, the model's top-1 score on it and that
-                            score minus ms_xgb's (where a network's figure is won or lost)
+                            network's best-case time and of the time the model's first picks
+                            take, the model's top-1 score on it and that score minus ms_xgb's
+                            (where a network's figure is won or lost)
   against<sel>.csv          with compare.against=<workspace>: each model here minus the same
                             model trained there, paired over the held-out tasks both tested on
   compare<sel>.png          mean test metrics per (model, features, split); heldout<sel>.png:
