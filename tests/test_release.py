@@ -57,7 +57,7 @@ def test_release_holds_every_table_with_checksums_and_a_card(released, tmp_path)
     assert manifest["timing"]["repeats"] == [2] and manifest["timing"]["load_avg_max"] is not None
     card = (folder / R.DATASET_CARD).read_text()
     assert "## How it was timed" in card and "24 records of 3 tasks" in card and "Apache-2.0" in card
-    assert "Every run this workspace has logged (`history.jsonl`)" in card and "summed over them (s): tasks" in card
+    assert "The runs made on this task table (`history.jsonl`" in card and "summed over them (s): tasks" in card
     # The MetaSchedule database reads as one, every record with its run times.
     from tvm.s_tir import meta_schedule as ms
 

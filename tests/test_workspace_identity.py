@@ -3,6 +3,7 @@ selection its task table was built for: a run with another selection is refused.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -41,9 +42,18 @@ def test_other_selection_is_refused(measured_workspace):
 def test_force_rebuilds_the_tasks_for_a_new_selection(measured_workspace, tmp_path):
     root, over = measured_workspace
     shutil.copytree(root, tmp_path / root.name, ignore=shutil.ignore_patterns("lib"))
-    moved = _moved(over, tmp_path)
+    moved, ws = _moved(over, tmp_path), Workspace(tmp_path / root.name)
+    made = ws.runs_on_tasks()
+    assert [e["stage"] for e in made][:4] == ["tasks", "sample", "replay", "measure"] and made == ws.history()
+    assert {e["tasks_digest"] for e in made} == {ws.tasks_digest()}
     assert run_stage("tasks", [*moved, "dataset.ops=[GMM]", "force=true"])["tasks"] == 1
-    assert Workspace(tmp_path / root.name).selection()["dataset.ops"] == ["GMM"]
+    assert ws.selection()["dataset.ops"] == ["GMM"]
+    # the runs a release of the rebuilt table names: the rebuild, not the runs on the old table
+    assert [e["stage"] for e in ws.runs_on_tasks()] == ["tasks"] and len(ws.history()) == len(made) + 1
+    # lines written before runs recorded the table's digest: the runs since the last rebuild
+    legacy = [{k: v for k, v in e.items() if k != "tasks_digest"} for e in ws.history()]
+    ws.history_file.write_text("".join(json.dumps(e) + "\n" for e in legacy))
+    assert ws.runs_on_tasks() == legacy[-1:]
     with pytest.raises(WorkspaceError, match="dataset.ops"):
         workspace_of(compose(moved))
 

@@ -670,10 +670,9 @@ def _card_provenance(m: dict) -> list[str]:
     lines = ["## How it was made", ""]
     times = _stage_times(m.get("commands") or [])
     if times:
-        # history.jsonl has no task list per run: a workspace reused for several releases
-        # (a network at a time) lists and sums the runs made for the earlier ones too.
-        lines += ["Every run this workspace has logged (`history.jsonl`), including any made for an earlier "
-                  "release from it; stage wall times summed over them (s): "
+        lines += ["The runs made on this task table (`history.jsonl` from the run that built it on; runs on a "
+                  "table the workspace held before, for an earlier release, are left out); stage wall times summed "
+                  "over them (s): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in times.items()), "", "```"]
         lines += [_command(c) for c in m["commands"]]
         lines += ["```"]

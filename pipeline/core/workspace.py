@@ -126,6 +126,17 @@ class Workspace:
                 continue
         return out
 
+    def runs_on_tasks(self) -> list[dict]:
+        """The entries of history.jsonl made on the present task table: those that recorded its
+        digest (`tasks_digest`), and of those that recorded none (older lines) the ones since the last
+        run that rebuilt the table (stage=tasks force=true). A workspace reused for one network
+        after another thus gives each release the runs that made it, not its predecessors'."""
+        history, digest = self.history(), self.tasks_digest()
+        rebuilt = [i for i, e in enumerate(history) if e.get("stage") == "tasks" and e.get("force")]
+        since = rebuilt[-1] if rebuilt else 0
+        return [e for i, e in enumerate(history)
+                if (e["tasks_digest"] == digest if e.get("tasks_digest") else i >= since)]
+
     # ------------------------------------------------------------------ identity
 
     def selection(self) -> dict | None:
@@ -149,11 +160,18 @@ class Workspace:
                 f"values, or rebuild it for this selection with `python -m pipeline stage=tasks force=true` and the "
                 f"stages after it.")
 
+    def tasks_digest(self) -> str | None:
+        """The content hash of the task table (`identity.tasks_digest`); None without one."""
+        if not self.tasks.exists():
+            return None
+        tasks = self.read("tasks", columns=["task_id", "target"])
+        return identity.tasks_digest(tasks["task_id"], tasks["target"])
+
     def identity(self, dataset: str, target: str) -> dict[str, str]:
         """Who the workspace is, wherever its folder lies: the names of its dataset and target and
         the content hash of its task table (`workspace_id` is a hash of the three)."""
-        tasks = self.read("tasks", require=True, columns=["task_id", "target"])
-        digest = identity.tasks_digest(tasks["task_id"], tasks["target"])
+        self.read("tasks", require=True, columns=["task_id"])
+        digest = self.tasks_digest()
         dataset, target = str(dataset), str(target)
         return {"workspace_id": identity.workspace_id(dataset, target, digest), "workspace.dataset": dataset,
                 "workspace.target": target, "workspace.tasks_digest": digest}

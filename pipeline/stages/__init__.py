@@ -98,7 +98,7 @@ def run_of(name: str):
             ws.add_history({"stage": name, "overrides": overrides(), "force": bool(cfg.force),
                             "shard": f"{shard.index}/{shard.count}", "host": socket.gethostname(),
                             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-                            "seconds": round(time.time() - started, 1),
+                            "seconds": round(time.time() - started, 1), "tasks_digest": ws.tasks_digest(),
                             "counts": {k: v for k, v in (counts or {}).items() if isinstance(v, (int, float, str))}})
             return counts
 

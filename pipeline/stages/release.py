@@ -126,7 +126,7 @@ def dataset_info(cfg, ws: Workspace, drop_tasks: frozenset[str] = frozenset()) -
         "failures": failures_of(ws, drop_tasks),
         "label_noise": json.loads(noise.read_text()) if noise.is_file() else None,
         "versions": R.versions(),
-        "commands": ws.history(),
+        "commands": ws.runs_on_tasks(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "licence": str(cfg.release.licence),
         "description": cfg.release.get("description"),
