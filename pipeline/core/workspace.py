@@ -160,18 +160,18 @@ class Workspace:
                 f"values, or rebuild it for this selection with `python -m pipeline stage=tasks force=true` and the "
                 f"stages after it.")
 
-    def tasks_digest(self) -> str | None:
-        """The content hash of the task table (`identity.tasks_digest`); None without one."""
-        if not self.tasks.exists():
+    def tasks_digest(self, *, require: bool = False) -> str | None:
+        """The content hash of the task table (`identity.tasks_digest`); None without one,
+        unless `require`d (then the error that names the stage to run)."""
+        if not require and not self.tasks.exists():
             return None
-        tasks = self.read("tasks", columns=["task_id", "target"])
+        tasks = self.read("tasks", require=require, columns=["task_id", "target"])
         return identity.tasks_digest(tasks["task_id"], tasks["target"])
 
     def identity(self, dataset: str, target: str) -> dict[str, str]:
         """Who the workspace is, wherever its folder lies: the names of its dataset and target and
         the content hash of its task table (`workspace_id` is a hash of the three)."""
-        self.read("tasks", require=True, columns=["task_id"])
-        digest = self.tasks_digest()
+        digest = self.tasks_digest(require=True)
         dataset, target = str(dataset), str(target)
         return {"workspace_id": identity.workspace_id(dataset, target, digest), "workspace.dataset": dataset,
                 "workspace.target": target, "workspace.tasks_digest": digest}
