@@ -178,7 +178,11 @@ def test_networks_run_in_torch():
                  # tensorflow-wavenet's defaults (1.52M): causal kernel-2 256-32, fifty layers of a
                  # dilated kernel-2 32-64, 1x1 32-32 and 32-512, the head 1x1 512-512 and 512-256
                  "wavenet": sum(k * i * o + o for k, i, o in [(2, 256, 32)] + [(2, 32, 64), (1, 32, 32), (1, 32, 512)] * 50
-                                + [(1, 512, 512), (1, 512, 256)])}
+                                + [(1, 512, 512), (1, 512, 256)]),
+                 # Zhang, Zhao and LeCun's small character CNN (11.34M): 1-D 70-256 (7), 256-256 (7),
+                 # four 256-256 (3), then 256 x 34 frames -> 1024 -> 1024 -> 4 classes
+                 "char_cnn": sum(k * i * o + o for k, i, o in [(7, 70, 256), (7, 256, 256)] + [(3, 256, 256)] * 4
+                                 + [(1, 256 * 34, 1024), (1, 1024, 1024), (1, 1024, 4)])}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -196,7 +200,7 @@ def test_networks_run_in_torch():
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
                         ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
-                        ("wavenet", (1, 256, 8000))]:
+                        ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -394,6 +398,19 @@ def test_wavenet_sees_the_past_within_its_receptive_field():
     reached = x.grad.abs().sum(1)[0].nonzero().flatten()
     assert reached.min().item() == t - 5116 and reached.max().item() == t
     assert len(reached) == 5117
+
+
+def test_char_cnn_frames_and_eval_mode():
+    """The character CNN's six convolutions and three pools leave (l0 - 96) / 27 = 34 frames of
+    1,014 characters (the paper's figure), and in eval mode its dropout is off: a text's logits
+    are the same alone, again, and within a batch."""
+    import torch
+
+    model, (x,) = networks.build("char_cnn", batch=2)
+    with torch.no_grad():
+        assert model.features(x).shape == (2, 256, (1014 - 96) // 27) == (2, 256, 34)
+        out = model(x)
+        assert torch.equal(model(x), out) and torch.allclose(model(x[1:]), out[1:], atol=1e-5)
 
 
 def test_swin_shifted_window_mask():

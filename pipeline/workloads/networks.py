@@ -2508,6 +2508,34 @@ class WaveNet(nn.Module):
         return self.head(skips)
 
 
+# ------------------------------------- Character-level CNN (Zhang, Zhao and LeCun 2015)
+
+
+class CharCNN(nn.Module):
+    """The small character-level convolutional network for text classification (Zhang, Zhao
+    and LeCun 2015): 1,014 characters of a 70-letter alphabet, one-hot; six 1-D convolutions
+    of 256 features (kernels 7, 7, 3, 3, 3, 3; max pools of 3 after the first, second and
+    sixth; ReLU), two fully connected layers of 1,024 (ReLU; dropout, inactive in eval), and a
+    linear layer to the classes (4: AG's News). Input: one-hot characters [batch, 70, 1014];
+    output: class logits [batch, 4]."""
+
+    def __init__(self, alphabet: int = 70, length: int = 1014, features: int = 256, hidden: int = 1024,
+                 classes: int = 4):
+        super().__init__()
+        layers, cin = [], alphabet
+        for kernel, pool in ((7, True), (7, True), (3, False), (3, False), (3, False), (3, True)):
+            layers += [nn.Conv1d(cin, features, kernel), nn.ReLU()] + ([nn.MaxPool1d(3)] if pool else [])
+            cin = features
+        self.features = nn.Sequential(*layers)
+        frames = (((length - 6) // 3 - 6) // 3 - 8) // 3  # 34 for 1,014 characters
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(features * frames, hidden), nn.ReLU(), nn.Dropout(),
+                                        nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(), nn.Linear(hidden, classes))
+        self.example_shape = (alphabet, length)
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2523,7 +2551,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "regnet_x_400mf": RegNetX400MF, "pointnet": PointNet, "mobilenet_v3_large": MobileNetV3Large,
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
-            "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet}
+            "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
+            "char_cnn": CharCNN}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
