@@ -182,7 +182,10 @@ def test_networks_run_in_torch():
                  # Zhang, Zhao and LeCun's small character CNN (11.34M): 1-D 70-256 (7), 256-256 (7),
                  # four 256-256 (3), then 256 x 34 frames -> 1024 -> 1024 -> 4 classes
                  "char_cnn": sum(k * i * o + o for k, i, o in [(7, 70, 256), (7, 256, 256)] + [(3, 256, 256)] * 4
-                                 + [(1, 256 * 34, 1024), (1, 1024, 1024), (1, 1024, 4)])}
+                                 + [(1, 256 * 34, 1024), (1, 1024, 1024), (1, 1024, 4)]),
+                 # Keras applications' Xception: 22,910,480 parameters, of which 22,855,952 are
+                 # trainable (BatchNorm's moving statistics are buffers in torch, not parameters)
+                 "xception": 22_855_952}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -200,7 +203,7 @@ def test_networks_run_in_torch():
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
                         ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
-                        ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4))]:
+                        ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4)), ("xception", (1, 1000))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -411,6 +414,27 @@ def test_char_cnn_frames_and_eval_mode():
         assert model.features(x).shape == (2, 256, (1014 - 96) // 27) == (2, 256, 34)
         out = model(x)
         assert torch.equal(model(x), out) and torch.allclose(model(x[1:]), out[1:], atol=1e-5)
+
+
+def test_xception_flows_and_residuals():
+    """Xception's entry flow halves 147x147 three times (to 74, 37, 19), the middle flow keeps
+    728 x 19 x 19 through eight blocks, the exit flow ends at 10x10; and a middle block adds its
+    input: with its last BatchNorm zeroed, the block is the identity."""
+    import torch
+
+    model, (x,) = networks.build("xception")
+    blocks = [m for m in model.features if isinstance(m, networks._XceptionBlock)]
+    sizes = []
+    with torch.no_grad():
+        h = model.features[:6](x)
+        for block in blocks:
+            h = block(h)
+            sizes.append(tuple(h.shape[1:]))
+        assert sizes == [(128, 74, 74), (256, 37, 37)] + [(728, 19, 19)] * 9 + [(1024, 10, 10)]
+        middle, h = blocks[3], torch.randn(1, 728, 19, 19)
+        middle.body[-1].weight.zero_()
+        middle.body[-1].bias.zero_()
+        assert torch.equal(middle(h), h)
 
 
 def test_swin_shifted_window_mask():

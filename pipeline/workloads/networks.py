@@ -2536,6 +2536,62 @@ class CharCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
+class _SeparableConv(nn.Sequential):
+    """Xception's separable convolution: a 3x3 depthwise convolution, then a 1x1 pointwise
+    one, neither with a bias nor a nonlinearity between (its BatchNorm follows outside)."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__(nn.Conv2d(cin, cin, 3, padding=1, groups=cin, bias=False), nn.Conv2d(cin, cout, 1, bias=False))
+
+
+class _XceptionBlock(nn.Module):
+    """For each width: ReLU, separable convolution, BatchNorm (the first ReLU left out where the
+    stem's own comes just before). A strided block ends in a 3x3 stride-2 max pool and adds a
+    1x1 stride-2 projection of its input (with BatchNorm); a middle-flow block adds its input."""
+
+    def __init__(self, cin: int, widths: tuple[int, ...], strided: bool, first_relu: bool = True):
+        super().__init__()
+        layers, c = [], cin
+        for i, cout in enumerate(widths):
+            layers += ([nn.ReLU()] if i or first_relu else []) + [_SeparableConv(c, cout), nn.BatchNorm2d(cout)]
+            c = cout
+        if strided:
+            layers.append(nn.MaxPool2d(3, 2, padding=1))
+        self.body = nn.Sequential(*layers)
+        self.skip = nn.Sequential(nn.Conv2d(cin, c, 1, stride=2, bias=False), nn.BatchNorm2d(c)) if strided \
+            else nn.Identity()
+
+    def forward(self, x):
+        return self.body(x) + self.skip(x)
+
+
+class Xception(nn.Module):
+    """Xception at 299x299 (Chollet 2017; the Keras applications layout): an entry flow of two
+    unpadded 3x3 convolutions (32 stride 2, 64) and three strided blocks to 128, 256 and 728
+    channels (147 -> 74 -> 37 -> 19), a middle flow of eight residual blocks of three 728-728
+    separable convolutions at 19x19, an exit flow of a strided block (728, 1024; to 10x10) and
+    separable convolutions to 1536 and 2048 (BatchNorm, ReLU), global average pooling and a
+    linear layer to 1,000 classes. Input: images [batch, 3, 299, 299]; output: logits
+    [batch, 1000]."""
+
+    def __init__(self, classes: int = 1000, middle: int = 8):
+        super().__init__()
+        stem = [nn.Conv2d(3, 32, 3, stride=2, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                nn.Conv2d(32, 64, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU()]
+        blocks = [_XceptionBlock(64, (128, 128), True, first_relu=False), _XceptionBlock(128, (256, 256), True),
+                  _XceptionBlock(256, (728, 728), True)]
+        blocks += [_XceptionBlock(728, (728, 728, 728), False) for _ in range(middle)]
+        blocks.append(_XceptionBlock(728, (728, 1024), True))
+        exit_convs = [_SeparableConv(1024, 1536), nn.BatchNorm2d(1536), nn.ReLU(),
+                      _SeparableConv(1536, 2048), nn.BatchNorm2d(2048), nn.ReLU()]
+        self.features = nn.Sequential(*stem, *blocks, *exit_convs)
+        self.classifier = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, classes))
+        self.example_shape = (3, 299, 299)
+
+    def forward(self, x):
+        return self.classifier(self.features(x))
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2552,7 +2608,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
-            "char_cnn": CharCNN}
+            "char_cnn": CharCNN, "xception": Xception}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
