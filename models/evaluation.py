@@ -134,7 +134,8 @@ def ablation_table(heldout: pd.DataFrame, select: str, reference: str | None = "
 RUN_METRICS = ("val_top1_score", "val_pair_acc", "test_top1_score", "test_pair_acc")
 
 
-def _bootstrap(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
+def bootstrap_interval(x: np.ndarray, resamples: int, level: float, seed: int) -> tuple[float, float]:
+    """The central `level` interval of the mean of `x` over `resamples` bootstrap resamples."""
     q = [(1 - level) / 2, 1 - (1 - level) / 2]
     boot = x[np.random.default_rng(seed).integers(0, len(x), size=(resamples, len(x)))].mean(1)
     lo, hi = np.quantile(boot, q)
@@ -155,7 +156,7 @@ def _paired(g: pd.DataFrame, column: str, todo: list[tuple[str, str]], metrics, 
             x = (wide[a] - wide[b]).dropna().to_numpy()
             if len(x) < 2:  # one run has no spread to bootstrap: its difference is in the tables
                 continue
-            lo, hi = _bootstrap(x, resamples, level, seed)
+            lo, hi = bootstrap_interval(x, resamples, level, seed)
             rows.append({"a": a, "b": b, "metric": metric, "diff": float(x.mean()), "lo": lo, "hi": hi,
                          "won": int((x > 0).sum()), "n_runs": len(x)})
     return rows

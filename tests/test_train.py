@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from hydra.errors import MissingConfigException
 
-from models import registry, tracking
+from models import checks, registry, tracking
 from models.splits import SplitError
 from models.tables import FeatureSetError, build_table
 from models.tracking import SelectionError
@@ -354,6 +354,27 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
     assert pair.loc["mean", "diff"] == pytest.approx(pair.loc[["netA", "netB"], "diff"].mean())
     assert "## The pairs of `compare.pairs`, paired over held-out tasks" in Path(twin["evaluation"]).read_text()
     assert "## The pairs of `compare.pairs`" not in report
+    # the ledger of every check takes a check's rows from these reports: each network's figures
+    # and the check's, with its pairwise margin over the 4 runs
+    ledger = checks.rows_from_reports(root / "reports", "nets-v1", {"netA": "A", "netB": "B"}, model=other,
+                                      reference=choice)
+    rows = ledger[ledger["network"] != ""].set_index("network")
+    for net in ("netA", "netB"):
+        assert (rows.loc[net, "model"], rows.loc[net, "ms_xgb"], rows.loc[net, "random"]) == pytest.approx(
+            (nets[(net, other)], nets[(net, choice)], chance.loc[net, "test_top1_score"]))
+        assert (rows.loc[net, "diff"], rows.loc[net, "lo"]) == pytest.approx((pair.loc[net, "diff"], pair.loc[net, "lo"]))
+    check = ledger[ledger["network"] == ""].iloc[0]
+    margin = pd.read_csv(root / "reports" / "margins-by_network-static.csv").query(
+        "model == @other and reference == @choice and metric == 'test_pair_acc'").iloc[0]
+    assert (check["pair_won"], check["pair_runs"], check["diff"]) == (margin["won"], 4, pytest.approx(
+        pair.loc["mean", "diff"]))
+    assert checks.table_rows(ledger)[0].startswith("| A (v1) | ")
+    copy = tmp_path / "checks.csv"
+    shutil.copy(checks.LEDGER, copy)
+    checks.main(["--ledger", str(copy), "add", "--release", "nets-v1", "--reports", str(root / "reports"),
+                 "--label", "netA=A", "--label", "netB=B", "--model", other, "--reference", choice])
+    grown = checks.read(copy)
+    assert len(grown) == len(checks.read()) + 3 and grown["label"].iloc[-3:].tolist() == ["A", "B", ""]
     own = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
                                 f"compare.pairs=[[{choice},{other}]]"])
     assert own["margins_rows"] == len(margins)
