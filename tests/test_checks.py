@@ -79,3 +79,18 @@ def test_bad_inputs_name_the_fix(tmp_path):
     (tmp_path / "bad.csv").write_text("release,network\nx-v1,a\n")
     with pytest.raises(ValueError, match=r"bad.csv: columns \[.*'label'.*\] are missing"):
         checks.read(tmp_path / "bad.csv")
+
+
+def test_each_checks_means_are_those_of_its_networks():
+    """A check's row holds the means of its networks' rows (to the table's rounding), its seeds
+    are its networks' most, and a one-network check's interval is its network's."""
+    ledger = checks.read()
+    nets = checks.networks(ledger)
+    for check in checks.checks(ledger).itertuples():
+        mine = nets[nets["release"] == check.release]
+        assert len(mine), check.release
+        for column in ("random", "ms_xgb", "model"):
+            assert abs(mine[column].mean() - getattr(check, column)) <= 0.0015, (check.release, column)
+        assert check.seeds == mine["seeds"].max() and 0 <= check.pair_won <= check.pair_runs
+        if len(mine) == 1:
+            assert (check.diff, check.lo, check.hi) == tuple(mine[["diff", "lo", "hi"]].iloc[0])
