@@ -185,7 +185,10 @@ def test_networks_run_in_torch():
                                  + [(1, 256 * 34, 1024), (1, 1024, 1024), (1, 1024, 4)]),
                  # Keras applications' Xception: 22,910,480 parameters, of which 22,855,952 are
                  # trainable (BatchNorm's moving statistics are buffers in torch, not parameters)
-                 "xception": 22_855_952}
+                 "xception": 22_855_952,
+                 # Hugging Face's gpt2 (124,439,808) less its 1,024 x 768 position table: the step's
+                 # input is the new token's embedded state; the output layer is the word table
+                 "gpt2_decode": 124_439_808 - 1024 * 768}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -203,7 +206,8 @@ def test_networks_run_in_torch():
                         ("minilm_l6", (1, 384)), ("dlrm", (1, 128, 1)), ("gat", (1, 512, 7)),
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
                         ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
-                        ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4)), ("xception", (1, 1000))]:
+                        ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4)), ("xception", (1, 1000)),
+                        ("gpt2_decode", (1, 50257))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -435,6 +439,26 @@ def test_xception_flows_and_residuals():
         middle.body[-1].weight.zero_()
         middle.body[-1].bias.zero_()
         assert torch.equal(middle(h), h)
+
+
+def test_gpt2_decode_step_is_the_last_position_of_a_causal_pass():
+    """Decoding with a cache is the full causal pass read at its last position: with the cache
+    holding the keys and values the layer computes for 255 tokens, its output for the 256th is
+    what causal attention over all 256 (torch's scaled_dot_product_attention) gives there."""
+    import torch
+    import torch.nn.functional as F
+
+    model, _ = networks.build("gpt2_decode")
+    layer = model.layers[0]
+    x = torch.randn(256, 768, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        q, k, v = layer.qkv(layer.ln1(x)).reshape(256, 3, 12, 64).permute(1, 2, 0, 3)  # each [12, 256, 64]
+        layer.past_keys.copy_(k[None, :, :255])
+        layer.past_values.copy_(v[None, :, :255])
+        full = x + layer.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(256, 768))
+        full = full + layer.mlp(layer.ln2(full))
+        assert torch.allclose(layer(x[255:]), full[255:], atol=1e-4)
+        assert not torch.allclose(layer(x[254:255]), full[254:255], atol=1e-4)  # a token the cache already holds
 
 
 def test_swin_shifted_window_mask():

@@ -2592,6 +2592,50 @@ class Xception(nn.Module):
         return self.classifier(self.features(x))
 
 
+class _GPT2DecodeLayer(nn.Module):
+    """A GPT-2 layer for one new token: pre-LN attention whose keys and values are the cached
+    ones of the `past` earlier tokens (buffers here: a decoding step reads them as it reads
+    its weights) and the token's own, then the pre-LN MLP (4x, tanh GELU); both residual."""
+
+    def __init__(self, hidden: int, heads: int, past: int):
+        super().__init__()
+        self.heads, self.dim = heads, hidden // heads
+        self.ln1, self.ln2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.qkv, self.proj = nn.Linear(hidden, 3 * hidden), nn.Linear(hidden, hidden)
+        self.mlp = nn.Sequential(nn.Linear(hidden, 4 * hidden), nn.GELU(approximate="tanh"), nn.Linear(4 * hidden, hidden))
+        self.register_buffer("past_keys", torch.randn(1, heads, past, self.dim))
+        self.register_buffer("past_values", torch.randn(1, heads, past, self.dim))
+
+    def forward(self, x):
+        b = x.shape[0]
+        q, k, v = self.qkv(self.ln1(x)).reshape(b, 3, self.heads, self.dim).unbind(1)  # each [b, heads, dim]
+        keys = torch.cat([self.past_keys.expand(b, -1, -1, -1), k[:, :, None]], dim=2)  # [b, heads, past + 1, dim]
+        values = torch.cat([self.past_values.expand(b, -1, -1, -1), v[:, :, None]], dim=2)
+        scores = q[:, :, None] @ keys.transpose(-1, -2) * self.dim ** -0.5  # [b, heads, 1, past + 1]
+        x = x + self.proj((scores.softmax(-1) @ values).reshape(b, -1))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT2Decode(nn.Module):
+    """GPT-2 small (Radford et al. 2019; Hugging Face's gpt2 layout) generating one token: the
+    new token's embedded state (its word and position embeddings summed before, a gather and
+    an add) through twelve layers (hidden 768, 12 heads of 64) whose attention reads the cached
+    keys and values of the 255 tokens before it, the final LayerNorm and the output layer to
+    50,257 word logits (tied to the word embeddings in GPT-2; its weight here). Every product
+    is a matrix-vector product that reads its weight once for the one token. Input: embedded
+    tokens [batch, 768]; output: next-word logits [batch, 50257]."""
+
+    def __init__(self, hidden: int = 768, heads: int = 12, layers: int = 12, past: int = 255, words: int = 50257):
+        super().__init__()
+        self.layers = nn.Sequential(*[_GPT2DecodeLayer(hidden, heads, past) for _ in range(layers)])
+        self.ln = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, words, bias=False)
+        self.example_shape = (hidden,)
+
+    def forward(self, x):
+        return self.head(self.ln(self.layers(x)))
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2608,7 +2652,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "vgg11": VGG11, "minilm_l6": SentenceMiniLM, "dlrm": DLRM, "gat": GAT,
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
-            "char_cnn": CharCNN, "xception": Xception}
+            "char_cnn": CharCNN, "xception": Xception,
+            "gpt2_decode": GPT2Decode}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
