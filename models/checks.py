@@ -74,7 +74,7 @@ def rows_from_reports(reports: Path, release: str, labels: dict[str, str], *, mo
     among them), pairs-<sel>.csv (model minus reference over each network's tasks) and
     margins-<sel>.csv (pairwise accuracy minus reference, paired over the runs). `labels` maps
     each held-out network to the name the table shows."""
-    reports = Path(reports)
+    reports, _ = Path(reports), version(release)
     need = {k: reports / f"{k}-{selection}.csv" for k in ("heldout", "pairs", "margins")}
     for kind, path in need.items():
         if not path.is_file():
@@ -87,7 +87,8 @@ def rows_from_reports(reports: Path, release: str, labels: dict[str, str], *, mo
     unnamed = sorted(set(nets) - set(labels))
     if unnamed:
         raise ValueError(f"held-out network(s) {unnamed} of {need['heldout']} have no label: pass --label for each")
-    top1 = heldout.set_index(["heldout", "model"])["test_top1_score"]
+    by_model = heldout.set_index(["heldout", "model"])
+    top1 = by_model["test_top1_score"]
     pair = pairs[(pairs["model"] == model) & (pairs["reference"] == reference)].set_index("heldout")
     rows = []
     for net in nets:
@@ -95,7 +96,7 @@ def rows_from_reports(reports: Path, release: str, labels: dict[str, str], *, mo
             raise ValueError(f"{reports}: no {model} minus {reference} for {net}; "
                              f"run stage=compare with compare.pairs=[[{model},{reference}]]")
         rows.append({"release": release, "network": net, "label": labels[net],
-                     "seeds": int(heldout.set_index(["heldout", "model"]).loc[(net, model), "n_seeds"]),
+                     "seeds": int(by_model.loc[(net, model), "n_seeds"]),
                      "random": top1[(net, "random")], "ms_xgb": top1[(net, reference)], "model": top1[(net, model)],
                      "diff": pair.loc[net, "diff"], "lo": pair.loc[net, "lo"], "hi": pair.loc[net, "hi"]})
     net_rows = pd.DataFrame(rows)
