@@ -73,7 +73,7 @@ def rows_from_reports(reports: Path, release: str, labels: dict[str, str], *, mo
     [model, reference]): heldout-<sel>.csv (top-1 per network and model, the random pick's
     among them), pairs-<sel>.csv (model minus reference over each network's tasks) and
     margins-<sel>.csv (pairwise accuracy minus reference, paired over the runs). `labels` maps
-    each held-out network to the name the table shows."""
+    each held-out network to the name the table shows ("" to a name: the one network's)."""
     reports, _ = Path(reports), version(release)
     need = {k: reports / f"{k}-{selection}.csv" for k in ("heldout", "pairs", "margins")}
     for kind, path in need.items():
@@ -84,6 +84,11 @@ def rows_from_reports(reports: Path, release: str, labels: dict[str, str], *, mo
     pairs = pd.read_csv(need["pairs"], keep_default_na=False, na_values=[""])
     margins = pd.read_csv(need["margins"])
     nets = [h for h in dict.fromkeys(heldout["heldout"]) if h != "mean"]
+    if "" in labels:
+        if len(nets) != 1 or len(labels) != 1:
+            raise ValueError(f"a label without a network names the one held-out network; {need['heldout']} "
+                             f"holds {nets}: pass --label network=NAME for each")
+        labels = {nets[0]: labels[""]}
     unnamed = sorted(set(nets) - set(labels))
     if unnamed:
         raise ValueError(f"held-out network(s) {unnamed} of {need['heldout']} have no label: pass --label for each")
@@ -200,15 +205,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ledger = read(args.ledger)
     if args.command == "add":
-        heldout = pd.read_csv(args.reports / f"heldout-{SELECTION}.csv") if (
-            args.reports / f"heldout-{SELECTION}.csv").is_file() else None
-        labels = dict(label.split("=", 1) for label in args.label if "=" in label)
-        plain = [label for label in args.label if "=" not in label]
-        if plain:
-            nets = [] if heldout is None else [h for h in dict.fromkeys(heldout["heldout"]) if h != "mean"]
-            if len(plain) != 1 or len(nets) != 1:
-                parser.error("--label NAME names the one held-out network; with several, pass --label network=NAME")
-            labels[nets[0]] = plain[0]
+        labels = dict(label.split("=", 1) if "=" in label else ("", label) for label in args.label)
         ledger = add(ledger, rows_from_reports(args.reports, args.release, labels, model=args.model,
                                                reference=args.reference))
         write(ledger, args.ledger)

@@ -375,6 +375,9 @@ def test_leave_one_network_out_sweep_and_compare(networks_workspace, tmp_path):
                  "--label", "netA=A", "--label", "netB=B", "--model", other, "--reference", choice])
     grown = checks.read(copy)
     assert len(grown) == len(checks.read()) + 3 and grown["label"].iloc[-3:].tolist() == ["A", "B", ""]
+    with pytest.raises(ValueError, match=r"a label without a network names the one held-out network; .* holds "
+                                         r"\['netA', 'netB'\]: pass --label network=NAME"):
+        checks.rows_from_reports(root / "reports", "nets-v1", {"": "A"}, model=other, reference=choice)
     own = run_stage("compare", [*over, "split=by_network", "features=static", "train.models=[lgbm,lgbm_ps]",
                                 f"compare.pairs=[[{choice},{other}]]"])
     assert own["margins_rows"] == len(margins)
