@@ -188,7 +188,11 @@ def test_networks_run_in_torch():
                  "xception": 22_855_952,
                  # Hugging Face's gpt2 (124,439,808) less its 1,024 x 768 position table: the step's
                  # input is the new token's embedded state; the output layer is the word table
-                 "gpt2_decode": 124_439_808 - 1024 * 768}
+                 "gpt2_decode": 124_439_808 - 1024 * 768,
+                 # T5-small (60,506,624 with its tied word table) less its encoder (t5_encoder's count)
+                 # and the cross-attention's key and value projections, applied once to the
+                 # encoder's output and cached; the output layer is the word table
+                 "t5_decode": 60_506_624 - 18_881_280 - 6 * 2 * 512 * 512}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -207,7 +211,7 @@ def test_networks_run_in_torch():
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
                         ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
                         ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4)), ("xception", (1, 1000)),
-                        ("gpt2_decode", (1, 50257))]:
+                        ("gpt2_decode", (1, 50257)), ("t5_decode", (1, 32128))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -460,6 +464,33 @@ def test_gpt2_decode_step_is_the_last_position_of_a_causal_pass():
         assert torch.allclose(layer(x[255:]), full[255:], atol=1e-4)
         assert not torch.allclose(layer(x[254:255]), full[254:255], atol=1e-4)  # a token the cache already holds
 
+
+def test_t5_decode_step_is_the_last_position_of_a_causal_pass():
+    """The decoder's relative position buckets are T5's unidirectional ones (exact up to 15,
+    then logarithmic to 31 at 128), and a step with the cache holding the keys and values
+    the layer computes for 63 tokens gives, for the 64th, what causal attention over all 64
+    with each query's own position bias gives there."""
+    import torch
+
+    assert networks._t5_causal_buckets(128)[[-1, -16, -17, -64, 0]].tolist() == [0, 15, 16, 26, 31]
+    model, _ = networks.build("t5_decode")
+    layer, table = model.layers[0], model.relative_bias.weight
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        h = layer.norm1(x)
+        q, k, v = (y.reshape(64, 8, 64).transpose(0, 1) for y in (layer.q(h), layer.k(h), layer.v(h)))  # [8, 64, 64]
+        layer.past_keys.copy_(k[None, :, :63])
+        layer.past_values.copy_(v[None, :, :63])
+        bias = torch.full((8, 64, 64), float("-inf"))
+        for i in range(64):  # query i sees keys 0..i
+            bias[:, i, : i + 1] = table[networks._t5_causal_buckets(i + 1)].T
+        full = x + layer.o(((q @ k.transpose(1, 2) + bias).softmax(-1) @ v).transpose(0, 1).reshape(64, 512))
+        cq = layer.cross_q(layer.norm2(full)).reshape(64, 8, 64).transpose(0, 1)
+        cross = (cq @ layer.source_keys[0].transpose(1, 2)).softmax(-1) @ layer.source_values[0]
+        full = full + layer.cross_o(cross.transpose(0, 1).reshape(64, 512))
+        full = full + layer.mlp(layer.norm3(full))
+        assert torch.allclose(layer(x[63:], model.bias), full[63:], atol=1e-4)
+        assert not torch.allclose(layer(x[62:63], model.bias), full[62:63], atol=1e-4)  # a token the cache already holds
 
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region

@@ -2636,6 +2636,73 @@ class GPT2Decode(nn.Module):
         return self.head(self.ln(self.layers(x)))
 
 
+def _t5_causal_buckets(keys: int, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """T5's unidirectional relative position buckets [keys] of the last of `keys` tokens
+    looking back at each of them (the decoder's): exact for the 16 nearest, logarithmic up to
+    max_distance."""
+    distance = keys - 1 - torch.arange(keys)
+    exact = buckets // 2
+    log = exact + (torch.log(distance.float().clamp(min=1) / exact) / torch.log(torch.tensor(max_distance / exact))
+                   * (buckets - exact)).long()
+    return torch.where(distance < exact, distance, log.clamp(max=buckets - 1))
+
+
+class _T5DecodeLayer(nn.Module):
+    """A T5 decoder layer for one new token: pre-RMSNorm self-attention (no score scaling, the
+    relative position bias added) over the cached keys and values of the `past` earlier tokens
+    and its own, pre-RMSNorm attention over the encoder's cached keys and values of `source`
+    tokens (projected once per input, so those projections are not part of a step), then the
+    ReLU MLP; no biases, each residual."""
+
+    def __init__(self, hidden: int, heads: int, intermediate: int, past: int, source: int):
+        super().__init__()
+        self.heads, self.dim = heads, hidden // heads
+        self.norm1, self.norm2, self.norm3 = (RMSNorm(hidden, 1e-6) for _ in range(3))
+        self.q, self.k, self.v, self.o = (Dense(hidden, hidden, False) for _ in range(4))
+        self.cross_q, self.cross_o = Dense(hidden, hidden, False), Dense(hidden, hidden, False)
+        self.mlp = nn.Sequential(Dense(hidden, intermediate, False), nn.ReLU(), Dense(intermediate, hidden, False))
+        for name, n in (("past_keys", past), ("past_values", past), ("source_keys", source), ("source_values", source)):
+            self.register_buffer(name, torch.randn(1, heads, n, self.dim))
+
+    def forward(self, x, bias):
+        b = x.shape[0]
+        h = self.norm1(x)
+        q, k, v = (y.reshape(b, self.heads, 1, self.dim) for y in (self.q(h), self.k(h), self.v(h)))
+        keys = torch.cat([self.past_keys.expand(b, -1, -1, -1), k], dim=2)  # [b, heads, past + 1, dim]
+        values = torch.cat([self.past_values.expand(b, -1, -1, -1), v], dim=2)
+        x = x + self.o(((q @ keys.transpose(-1, -2) + bias).softmax(-1) @ values).reshape(b, -1))
+        q = self.cross_q(self.norm2(x)).reshape(b, self.heads, 1, self.dim)
+        x = x + self.cross_o(((q @ self.source_keys.transpose(-1, -2)).softmax(-1) @ self.source_values).reshape(b, -1))
+        return x + self.mlp(self.norm3(x))
+
+
+class T5Decode(nn.Module):
+    """T5-small's decoder (Raffel et al. 2020; hidden 512, 8 heads of 64, ReLU MLP 2048, 6
+    layers) generating one token: the new token's embedding through six layers that attend
+    to the cached keys and values of the 63 tokens before it (with the unidirectional relative
+    position bias, looked up once here as the encoder's is) and to the encoder's 128 cached
+    ones, the final RMSNorm, and the output layer to 32,128 words, its input scaled by
+    hidden^-0.5 as T5 does for its tied word table (its weight here). Every product is a
+    matrix-vector product. Input: the embedded token [batch, 512]; output: next-word logits
+    [batch, 32128]."""
+
+    def __init__(self, hidden: int = 512, heads: int = 8, intermediate: int = 2048, layers: int = 6, past: int = 63,
+                 source: int = 128, words: int = 32128):
+        super().__init__()
+        self.hidden = hidden
+        self.relative_bias = nn.Embedding(32, heads)
+        self.register_buffer("bias", self.relative_bias.weight.detach()[_t5_causal_buckets(past + 1)].T[None, :, None])
+        self.layers = nn.ModuleList([_T5DecodeLayer(hidden, heads, intermediate, past, source) for _ in range(layers)])
+        self.norm = RMSNorm(hidden, 1e-6)
+        self.head = Dense(hidden, words, False)
+        self.example_shape = (hidden,)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x, self.bias)
+        return self.head(self.norm(x) * self.hidden**-0.5)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2653,7 +2720,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
             "char_cnn": CharCNN, "xception": Xception,
-            "gpt2_decode": GPT2Decode}
+            "gpt2_decode": GPT2Decode, "t5_decode": T5Decode}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
