@@ -114,6 +114,17 @@ def test_ensemble_is_the_mean_of_standardized_member_scores():
     np.testing.assert_allclose(ens.predict(one), ens.predict(test)[3:4], rtol=1e-6)
 
 
+
+def test_reg2_ensemble_weighs_its_regression_member_twice():
+    """ens_ps_reg2_fixed is the fixed ensemble (the same members, trained as long) with the
+    regression member's weight 2 and the two rankers' 1."""
+    from pipeline.config import compose
+
+    fixed, reg2 = (compose([f"model={n}"]).model for n in ("ens_ps_rank4_fixed", "ens_ps_reg2_fixed"))
+    assert reg2.members == fixed.members
+    ens = _model("ens_ps_reg2_fixed", [], per_store_feature_table().spec)
+    assert ens.weights == {"lgbm_ps_rank4_task": 1.0, "lgbm_ps_rank4_roofbase1": 1.0, "xgb_ps": 2.0}
+
 def test_label_weight_and_early_stopping_metric():
     from models.metrics import STOP_METRICS
 
