@@ -192,7 +192,13 @@ def test_networks_run_in_torch():
                  # T5-small (60,506,624 with its tied word table) less its encoder (t5_encoder's count)
                  # and the cross-attention's key and value projections, applied once to the
                  # encoder's output and cached; the output layer is the word table
-                 "t5_decode": 60_506_624 - 18_881_280 - 6 * 2 * 512 * 512}
+                 "t5_decode": 60_506_624 - 18_881_280 - 6 * 2 * 512 * 512,
+                 # deepspeech.pytorch's DeepSpeech at its defaults, counted from its layers: the two
+                 # convolutions and their BatchNorms, a bidirectional LSTM 1312-1024 (4 gates, two
+                 # biases each), four 1024-1024 ones with a BatchNorm before each, BatchNorm, 1024-29
+                 "deepspeech2": (41 * 11 * 32 + 32) + (21 * 11 * 32 * 32 + 32) + 2 * 2 * 32
+                                + 2 * 4 * (1312 * 1024 + 1024 * 1024 + 2 * 1024)
+                                + 4 * (2 * 1024 + 2 * 4 * (2 * 1024 * 1024 + 2 * 1024)) + 2 * 1024 + 1024 * 29}
     for name, count in published.items():
         assert sum(p.numel() for p in networks.NETWORKS[name]().parameters()) == count, name
     for name, shape in [("dcgan", (1, 1)), ("gpt_decoder", (1, 256, 512)), ("vit", (1, 1000)),
@@ -211,7 +217,8 @@ def test_networks_run_in_torch():
                         ("edsr", (1, 3, 96, 96)), ("deeplabv3", (1, 21, 224, 224)),
                         ("lstm_lm", (1, 10, 35, 10_000)), ("cyclegan", (1, 3, 128, 128)),
                         ("wavenet", (1, 256, 8000)), ("char_cnn", (1, 4)), ("xception", (1, 1000)),
-                        ("gpt2_decode", (1, 50257)), ("t5_decode", (1, 32128))]:
+                        ("gpt2_decode", (1, 50257)), ("t5_decode", (1, 32128)),
+                        ("deepspeech2", (1, 51, 29))]:
         model, example = networks.build(name)
         with torch.no_grad():
             assert tuple(model(*example).shape) == shape
@@ -491,6 +498,26 @@ def test_t5_decode_step_is_the_last_position_of_a_causal_pass():
         full = full + layer.mlp(layer.norm3(full))
         assert torch.allclose(layer(x[63:], model.bias), full[63:], atol=1e-4)
         assert not torch.allclose(layer(x[62:63], model.bias), full[62:63], atol=1e-4)  # a token the cache already holds
+
+
+def test_deepspeech2_convolutions_and_summed_directions():
+    """The convolutions leave 32 channels x 41 frequencies at 51 steps of 161 x 101; a recurrent
+    layer's output is its forward LSTM's plus its backward LSTM's (run over the steps reversed,
+    then reversed back), after the BatchNorm over each step's features."""
+    import torch
+    from torch import nn
+
+    model, example = networks.build("deepspeech2")
+    layer = model.rnns[1]
+    x = torch.randn(51, 1, 1024, generator=torch.Generator().manual_seed(1))
+    forward, backward = nn.LSTM(1024, 1024), nn.LSTM(1024, 1024)
+    with torch.no_grad():
+        assert model.conv(example[0]).shape == (1, 32, 41, 51)
+        for name in ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"):
+            getattr(forward, name).copy_(getattr(layer.rnn, name))
+            getattr(backward, name).copy_(getattr(layer.rnn, name + "_reverse"))
+        h = layer.norm(x.reshape(51, 1024)).reshape(51, 1, 1024)
+        assert torch.allclose(layer(x), forward(h)[0] + backward(h.flip(0))[0].flip(0), atol=1e-5)
 
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region

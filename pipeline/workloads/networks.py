@@ -2703,6 +2703,53 @@ class T5Decode(nn.Module):
         return self.head(self.norm(x) * self.hidden**-0.5)
 
 
+class _BidirectionalLSTM(nn.Module):
+    """deepspeech.pytorch's BatchRNN: an optional BatchNorm over the features of every time
+    step, a bidirectional LSTM, and the two directions' outputs summed. Time-major [T, N, C]."""
+
+    def __init__(self, cin: int, hidden: int, batch_norm: bool):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(cin) if batch_norm else None
+        self.rnn = nn.LSTM(cin, hidden, bidirectional=True)
+
+    def forward(self, x):
+        if self.norm is not None:
+            t, n, c = x.shape
+            x = self.norm(x.reshape(t * n, c)).reshape(t, n, c)
+        x = self.rnn(x)[0]
+        return x.reshape(x.shape[0], x.shape[1], 2, -1).sum(2)
+
+
+class DeepSpeech2(nn.Module):
+    """Deep Speech 2 (Amodei et al. 2016) in deepspeech.pytorch's layout: a spectrogram of
+    161 frequencies (20 ms windows, 10 ms hops at 16 kHz) over 1 s (101 frames) through two
+    2-D convolutions (41x11 stride 2x2 and 21x11 stride 2x1, 32 channels, BatchNorm,
+    Hardtanh 0-20) to 32 x 41 features at 51 steps, five bidirectional LSTM layers of 1,024
+    (the directions summed; BatchNorm before all but the first), BatchNorm and a bias-free
+    layer to 29 characters, softmax over them as its inference does. The importer unrolls
+    each LSTM step by step, as the LSTM language model's. Input: [batch, 1, 161, 101];
+    output: [batch, 51, 29]."""
+
+    def __init__(self, labels: int = 29, hidden: int = 1024, layers: int = 5, freq: int = 161, frames: int = 101):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, 32, (41, 11), (2, 2), (20, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20),
+                                  nn.Conv2d(32, 32, (21, 11), (2, 1), (10, 5)), nn.BatchNorm2d(32), nn.Hardtanh(0, 20))
+        f = ((freq - 1) // 2 + 1 - 1) // 2 + 1  # frequencies left after the two strided convolutions
+        self.rnns = nn.ModuleList([_BidirectionalLSTM(32 * f, hidden, False)]
+                                  + [_BidirectionalLSTM(hidden, hidden, True) for _ in range(layers - 1)])
+        self.fc = nn.Sequential(nn.BatchNorm1d(hidden), nn.Linear(hidden, labels, bias=False))
+        self.example_shape = (1, freq, frames)
+
+    def forward(self, x):
+        x = self.conv(x)
+        n, c, f, t = x.shape
+        x = x.reshape(n, c * f, t).permute(2, 0, 1)  # time-major [T, N, C*F]
+        for rnn in self.rnns:
+            x = rnn(x)
+        t, n, h = x.shape
+        return self.fc(x.reshape(t * n, h)).reshape(t, n, -1).transpose(0, 1).softmax(-1)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2720,7 +2767,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "capsnet": CapsNet, "nerf": NeRF, "edsr": EDSR, "deeplabv3": DeepLabV3,
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
             "char_cnn": CharCNN, "xception": Xception,
-            "gpt2_decode": GPT2Decode, "t5_decode": T5Decode}
+            "gpt2_decode": GPT2Decode, "t5_decode": T5Decode,
+            "deepspeech2": DeepSpeech2}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
