@@ -479,7 +479,8 @@ def test_t5_decode_step_is_the_last_position_of_a_causal_pass():
     with each query's own position bias gives there."""
     import torch
 
-    assert networks._t5_causal_buckets(128)[[-1, -16, -17, -64, 0]].tolist() == [0, 15, 16, 26, 31]
+    last = networks._t5_buckets(128, bidirectional=False)[-1]
+    assert last[[-1, -16, -17, -64, 0]].tolist() == [0, 15, 16, 26, 31]
     model, _ = networks.build("t5_decode")
     layer, table = model.layers[0], model.relative_bias.weight
     x = torch.randn(64, 512, generator=torch.Generator().manual_seed(1))
@@ -488,9 +489,8 @@ def test_t5_decode_step_is_the_last_position_of_a_causal_pass():
         q, k, v = (y.reshape(64, 8, 64).transpose(0, 1) for y in (layer.q(h), layer.k(h), layer.v(h)))  # [8, 64, 64]
         layer.past_keys.copy_(k[None, :, :63])
         layer.past_values.copy_(v[None, :, :63])
-        bias = torch.full((8, 64, 64), float("-inf"))
-        for i in range(64):  # query i sees keys 0..i
-            bias[:, i, : i + 1] = table[networks._t5_causal_buckets(i + 1)].T
+        causal = torch.ones(64, 64, dtype=torch.bool).tril()  # query i sees keys 0..i
+        bias = table[networks._t5_buckets(64, bidirectional=False)].permute(2, 0, 1).masked_fill(~causal, float("-inf"))
         full = x + layer.o(((q @ k.transpose(1, 2) + bias).softmax(-1) @ v).transpose(0, 1).reshape(64, 512))
         cq = layer.cross_q(layer.norm2(full)).reshape(64, 8, 64).transpose(0, 1)
         cross = (cq @ layer.source_keys[0].transpose(1, 2)).softmax(-1) @ layer.source_values[0]

@@ -849,13 +849,18 @@ class T5Layer(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-def _t5_buckets(seq: int, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
-    """T5's bidirectional relative position buckets [seq, seq]: exact for small distances,
-    logarithmic up to max_distance."""
+def _t5_buckets(seq: int, buckets: int = 32, max_distance: int = 128, bidirectional: bool = True) -> torch.Tensor:
+    """T5's relative position buckets [query, key] over `seq` tokens: exact for small
+    distances, logarithmic up to max_distance. Bidirectional (the encoder's): keys after the
+    query in the upper half of the buckets; unidirectional (the decoder's): keys after the
+    query share bucket 0 with the query itself, which causal attention masks anyway."""
     rel = torch.arange(seq)[None] - torch.arange(seq)[:, None]
-    half = buckets // 2
-    out = (rel > 0).long() * half
-    rel = rel.abs()
+    if bidirectional:
+        half = buckets // 2
+        out = (rel > 0).long() * half
+        rel = rel.abs()
+    else:
+        half, out, rel = buckets, 0, (-rel).clamp(min=0)
     exact = half // 2
     log = exact + (torch.log(rel.float().clamp(min=1) / exact) / torch.log(torch.tensor(max_distance / exact))
                    * (half - exact)).long()
@@ -2636,16 +2641,6 @@ class GPT2Decode(nn.Module):
         return self.head(self.ln(self.layers(x)))
 
 
-def _t5_causal_buckets(keys: int, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
-    """T5's unidirectional relative position buckets [keys] of the last of `keys` tokens
-    looking back at each of them (the decoder's): exact for the 16 nearest, logarithmic up to
-    max_distance."""
-    distance = keys - 1 - torch.arange(keys)
-    exact = buckets // 2
-    log = exact + (torch.log(distance.float().clamp(min=1) / exact) / torch.log(torch.tensor(max_distance / exact))
-                   * (buckets - exact)).long()
-    return torch.where(distance < exact, distance, log.clamp(max=buckets - 1))
-
 
 class _T5DecodeLayer(nn.Module):
     """A T5 decoder layer for one new token: pre-RMSNorm self-attention (no score scaling, the
@@ -2691,7 +2686,7 @@ class T5Decode(nn.Module):
         super().__init__()
         self.hidden = hidden
         self.relative_bias = nn.Embedding(32, heads)
-        self.register_buffer("bias", self.relative_bias.weight.detach()[_t5_causal_buckets(past + 1)].T[None, :, None])
+        self.register_buffer("bias", self.relative_bias.weight.detach()[_t5_buckets(past + 1, bidirectional=False)[-1]].T[None, :, None])
         self.layers = nn.ModuleList([_T5DecodeLayer(hidden, heads, intermediate, past, source) for _ in range(layers)])
         self.norm = RMSNorm(hidden, 1e-6)
         self.head = Dense(hidden, words, False)
