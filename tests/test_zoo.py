@@ -235,11 +235,14 @@ def test_networks_run_in_torch():
 
 
 def test_t5_relative_position_buckets():
-    """T5's bidirectional buckets: exact up to 7 apart, logarithmic beyond, keys after the
-    query in the upper 16; the values Hugging Face's `_relative_position_bucket` gives."""
+    """T5's bidirectional buckets (the encoder's): exact up to 7 apart, logarithmic beyond, keys
+    after the query in the upper 16; unidirectional (the decoder's): exact up to 15 back,
+    logarithmic to 31 at 127 back. The values Hugging Face's `_relative_position_bucket` gives."""
     buckets = networks._t5_buckets(128)
     assert buckets[0, 0] == 0 and buckets[0, 1] == 17 and buckets[1, 0] == 1 and buckets[7, 0] == 7
     assert buckets[9, 0] == 8 and buckets[20, 0] == 10 and buckets[0, 127] == 31 and buckets[127, 0] == 15
+    last = networks._t5_buckets(128, bidirectional=False)[-1]  # the last token looking back
+    assert last[[-1, -16, -17, -64, 0]].tolist() == [0, 15, 16, 26, 31]
 
 
 def test_dlrm_dot_interaction():
@@ -473,14 +476,11 @@ def test_gpt2_decode_step_is_the_last_position_of_a_causal_pass():
 
 
 def test_t5_decode_step_is_the_last_position_of_a_causal_pass():
-    """The decoder's relative position buckets are T5's unidirectional ones (exact up to 15,
-    then logarithmic to 31 at 128), and a step with the cache holding the keys and values
-    the layer computes for 63 tokens gives, for the 64th, what causal attention over all 64
-    with each query's own position bias gives there."""
+    """A step with the cache holding the keys and values the layer computes for 63 tokens
+    gives, for the 64th, what causal attention over all 64 with each query's own
+    unidirectional position bias gives there."""
     import torch
 
-    last = networks._t5_buckets(128, bidirectional=False)[-1]
-    assert last[[-1, -16, -17, -64, 0]].tolist() == [0, 15, 16, 26, 31]
     model, _ = networks.build("t5_decode")
     layer, table = model.layers[0], model.relative_bias.weight
     x = torch.randn(64, 512, generator=torch.Generator().manual_seed(1))
