@@ -206,6 +206,7 @@ RULES: dict[str, Rule] = {
     "budget.max_tasks": integer(1, null="every task"),
     "budget.candidates_per_task": integer(1),
     "sample.strategies": Rule("names", choices="pipeline.stages.sample.STRATEGIES"),
+    "sample.timeout_s": number(0.0, above=True, null="no limit"),
     "replay.flush_rows": integer(1),
     "replay.flush_s": POSITIVE,
     "replay.timeout_s": POSITIVE,

@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.core import schema as S
 from pipeline.core import database as D
-from pipeline.config import compose, run_stage
+from pipeline.config import ConfigError, compose, run_stage
 from pipeline.core.workspace import Workspace, read_table
 from pipeline.options import workspace_of
 
@@ -183,6 +183,24 @@ def test_a_task_that_failed_to_sample_is_tried_again(tmp_path):
     cands = ws.read("candidates")
     assert len(cands) == 4 and cands["error"].isna().all()
     assert out["records"] == 4 and run_stage("sample", over)["new"] == 0
+
+
+@pytest.mark.slow
+def test_a_draw_past_the_timeout_is_an_error_row_tried_again(tmp_path):
+    """A task and strategy still drawing at `sample.timeout_s` becomes an error row, not a hang;
+    the next run draws it again."""
+    over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke",
+            "budget.candidates_per_task=4"]
+    run_stage("tasks", over)
+    with pytest.raises(ConfigError, match=r"sample.timeout_s=0 is not valid: a number > 0, or null \(no limit\)"):
+        run_stage("sample", [*over, "sample.timeout_s=0"])
+    out = run_stage("sample", [*over, "sample.timeout_s=0.01"])
+    assert out["failed_tasks"] == 1 and out["new"] == 0
+    cands = workspace_of(compose(over)).read("candidates")
+    assert cands["error"].tolist() == ["timeout: not finished within 0.01 s"]
+    out = run_stage("sample", over)
+    assert out["retried_tasks"] == 1 and out["new"] == 4 and out["failed_tasks"] == 0
+    assert workspace_of(compose(over)).read("candidates")["error"].isna().all()
 
 
 def test_a_lost_library_is_built_again_not_labelled_failed(measured_workspace, tmp_path):

@@ -8,7 +8,8 @@ database: a bad line in the record files never blocks sampling). The driver writ
 task's candidates to `candidates/` first, then appends them to the workspace's
 MetaSchedule tuning records without run times; the stage ends by making the record files
 agree with the tables (`database.sync_records`). A task that failed to sample (a bad
-setting, a space that could not be generated) is tried again by the next run.
+setting, a space that could not be generated, a draw past `sample.timeout_s`) is an error
+row, tried again by the next run.
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def run(cfg) -> dict:
         if jobs:
             log.info("sampling %d task(s) x strategy on %s", len(jobs), executor.describe())
         bar = progress(total=len(jobs), desc="sample", unit="task")
-        for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample):
+        for results in executor.map(sample_job, jobs, root=ws.root, failed=failed_sample,
+                                    timeout_s=cfg.sample.get("timeout_s")):
             for res in results:
                 job = by_pair[(res["task_id"], res["strategy"])]
                 lines, rows = _new_candidates(res["records"], job, out_file, known)
