@@ -203,6 +203,33 @@ def test_a_draw_past_the_timeout_is_an_error_row_tried_again(tmp_path):
     assert workspace_of(compose(over)).read("candidates")["error"].isna().all()
 
 
+def test_a_space_without_decisions_is_replayed_not_evolved():
+    """An elementwise function's one design space has no sampling decision: the evolutionary
+    strategy replays it (its one schedule), a matrix product's spaces are evolved."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+    from pipeline.shims.targets import make_target
+    from pipeline.stages.sample import draw_candidates, strategy_for
+
+    def spaces_of(mod):
+        return ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                              task_name="t", num_threads=1).generate_design_space()
+
+    target = make_target({"kind": "llvm", "num-cores": 2})
+    a = te.placeholder((64, 64), name="A")
+    elementwise = tvm.IRModule({"main": te.create_prim_func([a, te.compute((64, 64), lambda i, j: te.sigmoid(a[i, j]))])})
+    k = te.reduce_axis((0, 64), name="k")
+    product = tvm.IRModule({"main": te.create_prim_func(
+        [a, te.compute((64, 64), lambda i, j: te.sum(a[i, k] * a[k, j], axis=k))])})
+    assert strategy_for(spaces_of(elementwise), "evolutionary") == "replay-trace"
+    assert strategy_for(spaces_of(product), "evolutionary") == "evolutionary"
+    assert strategy_for(spaces_of(product), "replay-trace") == "replay-trace"
+    evolved = draw_candidates(elementwise, target, 4, "evolutionary", seed=0, num_threads=1)
+    replayed = draw_candidates(elementwise, target, 4, "replay-trace", seed=0, num_threads=1)
+    assert len(evolved) == 1 and [str(s.trace) for s in evolved] == [str(s.trace) for s in replayed]
+
+
 def test_a_lost_library_is_built_again_not_labelled_failed(measured_workspace, tmp_path):
     from conftest import copy_workspace
 

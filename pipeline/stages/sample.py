@@ -40,11 +40,17 @@ def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: 
 
     if strategy not in STRATEGIES:
         raise ValueError(f"sample strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")
-    ctx = ms.TuneContext(
-        mod=mod, target=target, space_generator="post-order-apply", search_strategy=strategy,
-        task_name="sample", num_threads=num_threads, rand_state=seed,
-    )
+
+    def context(search_strategy: str):
+        return ms.TuneContext(
+            mod=mod, target=target, space_generator="post-order-apply", search_strategy=search_strategy,
+            task_name="sample", num_threads=num_threads, rand_state=seed,
+        )
+
+    ctx = context(strategy)
     spaces = ctx.generate_design_space()
+    if strategy_for(spaces, strategy) != strategy:
+        ctx = context("replay-trace")
     database = ms.database.MemoryDatabase()
     cost_model = ms.cost_model.RandomModel(seed=seed)
     per_iter = max(n, 8)
@@ -69,6 +75,15 @@ def draw_candidates(mod, target, n: int, strategy: str, seed: int, num_threads: 
     finally:
         ctx.search_strategy.post_tuning()
     return out
+
+
+def strategy_for(spaces: list, strategy: str) -> str:
+    """The strategy that draws from `spaces`: replay where no space has a sampling decision.
+    Such spaces are their own only schedules, so the evolutionary search has nothing to
+    mutate, and on a large fused function it can spend many minutes failing to."""
+    if strategy == "evolutionary" and not any(len(sch.trace.decisions) for sch in spaces):
+        return "replay-trace"
+    return strategy
 
 
 def strategies_of(cfg) -> list[str]:
