@@ -519,6 +519,26 @@ def test_deepspeech2_convolutions_and_summed_directions():
         h = layer.norm(x.reshape(51, 1024)).reshape(51, 1, 1024)
         assert torch.allclose(layer(x), forward(h)[0] + backward(h.flip(0))[0].flip(0), atol=1e-5)
 
+def test_rnnsearch_step_attends_and_gates_as_the_paper_writes():
+    """With the alignment scores saturated on one source word, the step is the step whose 50
+    annotations are all that word's (the context is that annotation); with the update gate
+    shut (its bias at -1e4) the new state is the previous one."""
+    import torch
+
+    model, (x,) = networks.build("rnnsearch_decode", batch=2)
+    with torch.no_grad():
+        logits, state = model(x)
+        assert logits.shape == (2, 30000) and state.shape == (2, 1000)
+        model.score.weight.mul_(1e3)
+        model.keys.copy_(-50 * model.score.weight.sign().expand(50, -1))
+        model.keys[7] *= -1  # tanh at +-1 where v_a is +-: word 7 scores the most by 2e3 |v_a|
+        attended = model(x)
+        model.annotations.copy_(model.annotations[7].expand(50, -1).clone())
+        assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(attended, model(x)))
+        model.word.bias[:1000] = -1e4
+        assert torch.allclose(model(x)[1], x[:, 620:], atol=1e-6)
+
+
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region
     (no mask) and the bottom-right four (4x4, 4x3, 3x4, 3x3 tokens): a token attends only to

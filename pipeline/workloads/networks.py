@@ -2745,6 +2745,48 @@ class DeepSpeech2(nn.Module):
         return self.fc(x.reshape(t * n, h)).reshape(t, n, -1).transpose(0, 1).softmax(-1)
 
 
+class RNNsearchDecode(nn.Module):
+    """RNNsearch-50's decoder (Bahdanau et al. 2015, its appendix A; English to French, 30,000
+    words, embeddings of 620, a GRU of 1,000 units, alignment of 1,000, maxout of 500)
+    generating one word of a 50-word sentence: the additive attention scores the encoder's
+    50 annotations (2,000 wide: both directions) against the previous state, their softmax
+    weights give the context, the GRU (update and reset gates, the proposal reading the
+    reset state) takes the previous word, the context and the previous state, and the output
+    layer maxes over pairs of 1,000 units (the previous state, word and context) before the
+    word logits. The annotations and their alignment projection (U_a h_j) are computed once
+    per sentence, so they are cached buffers here. Every product but the attention's is a
+    matrix-vector product. Input: the previous word's embedding and the previous state,
+    concatenated [batch, 1620]; output: next-word logits [batch, 30000] and the new state
+    [batch, 1000]."""
+
+    def __init__(self, words: int = 30_000, embed: int = 620, hidden: int = 1000, align: int = 1000,
+                 maxout: int = 500, source: int = 50):
+        super().__init__()
+        self.embed, self.hidden, self.maxout = embed, hidden, maxout
+        self.register_buffer("annotations", torch.randn(source, 2 * hidden))  # h_j
+        self.register_buffer("keys", torch.randn(source, align))  # U_a h_j
+        self.query, self.score = nn.Linear(hidden, align, bias=False), nn.Linear(align, 1, bias=False)  # W_a, v_a
+        self.word = nn.Linear(embed, 3 * hidden)  # W_z, W_r, W: E y, with the gates' biases
+        self.state_gates = nn.Linear(hidden, 2 * hidden, bias=False)  # U_z, U_r
+        self.context_in = nn.Linear(2 * hidden, 3 * hidden, bias=False)  # C_z, C_r, C
+        self.state_proposal = nn.Linear(hidden, hidden, bias=False)  # U
+        self.out_state, self.out_word = nn.Linear(hidden, 2 * maxout), nn.Linear(embed, 2 * maxout, bias=False)  # U_o, V_o
+        self.out_context = nn.Linear(2 * hidden, 2 * maxout, bias=False)  # C_o
+        self.logits = nn.Linear(maxout, words, bias=False)  # W_o
+        self.example_shape = (embed + hidden,)
+
+    def forward(self, x):
+        y, s = x[:, :self.embed], x[:, self.embed:]
+        alpha = self.score(torch.tanh(self.query(s)[:, None] + self.keys)).squeeze(-1).softmax(-1)  # [batch, source]
+        c = alpha @ self.annotations  # [batch, 2 * hidden]
+        wy, cc = self.word(y), self.context_in(c)
+        z, r = torch.sigmoid(wy[:, :2 * self.hidden] + self.state_gates(s) + cc[:, :2 * self.hidden]).chunk(2, -1)
+        proposal = torch.tanh(wy[:, 2 * self.hidden:] + self.state_proposal(r * s) + cc[:, 2 * self.hidden:])
+        t = self.out_state(s) + self.out_word(y) + self.out_context(c)  # [batch, 2 * maxout]
+        t = t.reshape(-1, self.maxout, 2).amax(-1)
+        return self.logits(t), (1 - z) * s + z * proposal
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2763,7 +2805,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
             "char_cnn": CharCNN, "xception": Xception,
             "gpt2_decode": GPT2Decode, "t5_decode": T5Decode,
-            "deepspeech2": DeepSpeech2}
+            "deepspeech2": DeepSpeech2, "rnnsearch_decode": RNNsearchDecode}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
