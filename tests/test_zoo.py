@@ -539,6 +539,24 @@ def test_rnnsearch_step_attends_and_gates_as_the_paper_writes():
         assert torch.allclose(model(x)[1], x[:, 620:], atol=1e-6)
 
 
+def test_tiny_yolov3_pool_of_stride_one_and_its_two_scales():
+    """The stride-1 max pool keeps 13x13 and takes the max over the window's cells inside the
+    map (a -inf border, not zeros: leaky ReLU leaves negative values); the heads see 13x13 and
+    26x26 maps and give 3 x 85 values at each of their 169 + 676 positions."""
+    import torch
+    import torch.nn.functional as F
+
+    model, (x,) = networks.build("tiny_yolov3")
+    h = -torch.rand(2, 4, 13, 13, generator=torch.Generator().manual_seed(1))  # all negative
+    pooled = networks._SamePool()(h)
+    assert torch.equal(pooled, F.max_pool2d(F.pad(h, (0, 1, 0, 1), value=float("-inf")), 2, 1))
+    assert not torch.equal(pooled, F.max_pool2d(F.pad(h, (0, 1, 0, 1)), 2, 1))
+    with torch.no_grad():
+        c26 = model.to26(x)
+        assert c26.shape == (1, 256, 26, 26) and model.to13(c26).shape == (1, 256, 13, 13)
+        assert model(x).shape == (1, 3, 85, 169 + 676)
+
+
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region
     (no mask) and the bottom-right four (4x4, 4x3, 3x4, 3x3 tokens): a token attends only to

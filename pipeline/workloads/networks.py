@@ -2787,6 +2787,50 @@ class RNNsearchDecode(nn.Module):
         return self.logits(t), (1 - z) * s + z * proposal
 
 
+def _conv_bn_leaky(cin: int, cout: int, k: int) -> nn.Sequential:
+    """Darknet's convolutional layer: bias-free, BatchNorm, leaky ReLU of slope 0.1."""
+    return nn.Sequential(nn.Conv2d(cin, cout, k, 1, k // 2, bias=False), nn.BatchNorm2d(cout), nn.LeakyReLU(0.1))
+
+
+class _SamePool(nn.Module):
+    """Darknet's 2x2 max pool of stride 1 that keeps the size: the edge repeated on the right
+    and bottom, which gives the max over the window's cells inside the map."""
+
+    def forward(self, x):
+        return nn.functional.max_pool2d(nn.functional.pad(x, (0, 1, 0, 1), mode="replicate"), 2, 1)
+
+
+class TinyYOLOv3(nn.Module):
+    """Tiny YOLOv3 (Redmon and Farhadi 2018; darknet's yolov3-tiny.cfg, 80 classes) over a
+    416x416 image: seven 3x3 convolutions from 16 to 1,024 channels with 2x2 max pools (five
+    of stride 2 to 13x13, one of stride 1), a 1x1 to 256, then two heads: 3x3 to 512 and a 1x1
+    to 3 anchors x 85 at 13x13; and a 1x1 to 128, nearest 2x upsampling, concatenation with
+    the 26x26 map of 256 channels, 3x3 to 256 and a 1x1 to 255 at 26x26. BatchNorm and leaky
+    ReLU after every convolution but the heads' last (biased, linear). Output: the two heads'
+    raw maps [batch, 3, 85, 169 + 676] (the boxes are decoded after the network)."""
+
+    def __init__(self, size: int = 416, classes: int = 80):
+        super().__init__()
+        self.example_shape = (3, size, size)
+        pool = nn.MaxPool2d(2, 2)
+        self.to26 = nn.Sequential(_conv_bn_leaky(3, 16, 3), pool, _conv_bn_leaky(16, 32, 3), pool,
+                                  _conv_bn_leaky(32, 64, 3), pool, _conv_bn_leaky(64, 128, 3), pool,
+                                  _conv_bn_leaky(128, 256, 3))
+        self.to13 = nn.Sequential(pool, _conv_bn_leaky(256, 512, 3), _SamePool(), _conv_bn_leaky(512, 1024, 3),
+                                  _conv_bn_leaky(1024, 256, 1))
+        self.outputs = classes + 5
+        self.head13 = nn.Sequential(_conv_bn_leaky(256, 512, 3), nn.Conv2d(512, 3 * self.outputs, 1))
+        self.lateral = _conv_bn_leaky(256, 128, 1)
+        self.head26 = nn.Sequential(_conv_bn_leaky(384, 256, 3), nn.Conv2d(256, 3 * self.outputs, 1))
+
+    def forward(self, x):
+        c26 = self.to26(x)
+        c13 = self.to13(c26)
+        up = nn.functional.interpolate(self.lateral(c13), scale_factor=2.0, mode="nearest")
+        maps = [self.head13(c13), self.head26(torch.cat([up, c26], dim=1))]
+        return torch.cat([m.reshape(x.shape[0], 3, self.outputs, -1) for m in maps], dim=3)
+
+
 # name -> constructor (a model class or a function of the options `build` passes on)
 NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNetV2, "bert_encoder": bert_encoder,
             "resnext50": resnext50, "squeezenet": SqueezeNet, "mobilenet_v3": MobileNetV3Small, "dcgan": DCGAN,
@@ -2805,7 +2849,8 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "lstm_lm": LSTMLanguageModel, "cyclegan": CycleGANGenerator, "wavenet": WaveNet,
             "char_cnn": CharCNN, "xception": Xception,
             "gpt2_decode": GPT2Decode, "t5_decode": T5Decode,
-            "deepspeech2": DeepSpeech2, "rnnsearch_decode": RNNsearchDecode}
+            "deepspeech2": DeepSpeech2, "rnnsearch_decode": RNNsearchDecode,
+            "tiny_yolov3": TinyYOLOv3}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
