@@ -101,9 +101,13 @@ def compare_scores(per_run: pd.DataFrame, per_task: pd.DataFrame, ws: Workspace,
         sub = per_task[per_task["model"].isin([model, reference])]
         got = E.paired_intervals(sub, weights, reference=reference)
         intervals.append(got[got["model"] == model].assign(reference=reference))
-    frame = per_run.assign(split="by_network")
-    margins = E.paired_over_runs(frame, "test_top1_score", pairs, metrics=tuple(metrics))
-    wanted = set(pairs)
+    # per network (its runs: one per seed), then over every network's runs together
+    frame, wanted = per_run.assign(split="by_network"), set(pairs)
+    parts = list(frame.groupby("heldout", sort=True))
+    if len(parts) > 1:
+        parts.append((E.MEAN, frame))
+    margins = pd.concat([E.paired_over_runs(g, "test_top1_score", pairs, metrics=tuple(metrics)).assign(heldout=h)
+                         for h, g in parts], ignore_index=True)
     margins = margins[[(m, r) in wanted for m, r in zip(margins["model"], margins["reference"])]]
     return {"means": means, "intervals": pd.concat(intervals, ignore_index=True) if intervals else pd.DataFrame(),
             "margins": margins.reset_index(drop=True)}
@@ -131,10 +135,10 @@ def summary_text(experiment: str, ws: Workspace, tables: dict[str, pd.DataFrame]
         lines += [f"| {r['heldout']} | {r['model']} | {r['reference']} | {f(r['diff'])} [{f(r['lo'])}, {f(r['hi'])}] | "
                   f"{r['n_tasks']} | {r['n_seeds']} |" for _, r in tables["intervals"].iterrows()]
     if len(tables["margins"]):
-        lines += ["", f"Paired over the runs ({E.LEVEL:.0%}; runs won of runs):", "",
-                  "| model | reference | metric | diff [interval] | won |", "|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['reference']} | {r['metric']} | {f(r['diff'])} [{f(r['lo'])}, {f(r['hi'])}] | "
-                  f"{r['won']} of {r['n_runs']} |" for _, r in tables["margins"].iterrows()]
+        lines += ["", f"Paired over the runs ({E.LEVEL:.0%}; runs won of runs; `{E.MEAN}`: every network's runs):", "",
+                  "| network | model | reference | metric | diff [interval] | won |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['heldout']} | {r['model']} | {r['reference']} | {r['metric']} | {f(r['diff'])} "
+                  f"[{f(r['lo'])}, {f(r['hi'])}] | {r['won']} of {r['n_runs']} |" for _, r in tables["margins"].iterrows()]
     return "\n".join(lines) + "\n"
 
 

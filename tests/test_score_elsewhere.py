@@ -62,7 +62,7 @@ def test_the_command_writes_means_pairs_and_a_random_pick(trained, capsys):
     row = intervals.iloc[0]
     assert row["lo"] <= row["diff"] <= row["hi"] and row["n_seeds"] == 2
     assert set(margins["metric"]) == {"test_top1_score", "test_top5_score", "test_pair_acc"}
-    assert (margins["n_runs"] == 2).all()
+    assert (margins["n_runs"] == 2).all() and set(margins["heldout"]) == {"rnnsearch_decode"}
     text = capsys.readouterr().out
     assert "| rnnsearch_decode | random |" in text and "lgbm_ps_rank4_task | ms_xgb |" in text
 
