@@ -50,6 +50,22 @@ def _table_for(table, model):
     return replace(table, frame=table.frame.assign(**dict.fromkeys(missing, np.nan)))
 
 
+def select_runs(runs: pd.DataFrame, *, models=(), heldout: str | None = None) -> pd.DataFrame:
+    """The newest run of each model and seed, of `models` (all when empty) and of the one
+    held-out part of the training split (`heldout`, else the only one the runs have): a
+    model's runs are paired by seed, and two held-out parts would share seeds."""
+    runs = tracking.with_split_tags(tracking.latest_per_config(runs))
+    if models:
+        runs = runs[runs["tags.model"].isin(list(models))]
+    if heldout is not None:
+        runs = runs[runs["tags.heldout"] == heldout]
+    parts = sorted(set(runs["tags.heldout"]))
+    if len(parts) > 1:
+        raise ValueError(f"the runs held out {len(parts)} parts ({', '.join(repr(x) for x in parts)}): choose one "
+                         f"with --heldout")
+    return runs
+
+
 def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per run and network of `ws`, the per-task rows the top-k figures count) for
     training runs (`tracking.experiment_runs` rows) scored on every timed record of `ws`."""
@@ -171,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default="data", help="where dataset=release workspaces are (paths.data)")
     p.add_argument("--pairs", default="", help="model:reference,... (e.g. ens_ps_rank4_fixed:ms_xgb)")
     p.add_argument("--models", default="", help="only these models (comma-separated)")
+    p.add_argument("--heldout", help="only the runs that held out this part (their tag `heldout`)")
     p.add_argument("--topk-min-records", type=int, default=32)
     p.add_argument("--out", help="report folder (default: <workspace>/reports/scored_elsewhere-<experiment>)")
     args = p.parse_args(argv)
@@ -182,9 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = tracking.experiment_runs(args.tracking_uri, args.experiment)
     if runs.empty:
         raise SystemExit(f"no finished training run in experiment {args.experiment!r} of {args.tracking_uri}")
-    runs = tracking.latest_per_config(runs)
-    if args.models:
-        runs = runs[runs["tags.model"].isin(args.models.split(","))]
+    try:
+        runs = select_runs(runs, models=[m for m in args.models.split(",") if m], heldout=args.heldout)
+    except ValueError as e:
+        raise SystemExit(f"experiment {args.experiment!r}: {e}") from None
     per_run, per_task = score_runs(runs, ws, topk_min_records=args.topk_min_records)
     tables = compare_scores(per_run, per_task, ws, pairs)
     out = Path(args.out) if args.out else ws.root / "reports" / f"scored_elsewhere-{args.experiment}"

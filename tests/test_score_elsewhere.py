@@ -78,3 +78,16 @@ def test_bad_inputs_name_the_fix(trained, tmp_path):
     with pytest.raises(SystemExit, match="model:reference"):
         score_elsewhere.main(["--experiment", "elsewhere", "--tracking-uri", uri, "--workspace",
                               str(trained[2].root), "--pairs", "lgbm_ps_rank4_task"])
+
+
+def test_runs_of_two_held_out_parts_are_not_paired_by_seed(trained):
+    """The same seed of two held-out parts is two runs: they are refused together and chosen
+    with `heldout`."""
+    _, uri, _ = trained
+    runs = tracking.experiment_runs(uri, "elsewhere")
+    other = runs.assign(**{"tags.heldout": "vgg11", "run_id": runs["run_id"] + "-other"})
+    both = pd.concat([runs, other], ignore_index=True)
+    with pytest.raises(ValueError, match=r"held out 2 parts \('', 'vgg11'\): choose one with --heldout"):
+        score_elsewhere.select_runs(both)
+    assert set(score_elsewhere.select_runs(both, heldout="vgg11")["run_id"]) == set(other["run_id"])
+    assert set(score_elsewhere.select_runs(both, heldout="", models=["ms_xgb"])["tags.model"]) == {"ms_xgb"}
