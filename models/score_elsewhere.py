@@ -54,7 +54,7 @@ def select_runs(runs: pd.DataFrame, *, models=(), heldout: str | None = None) ->
     """The newest run of each model and seed, of `models` (all when empty) and of the one
     held-out part of the training split (`heldout`, else the only one the runs have): a
     model's runs are paired by seed, and two held-out parts would share seeds."""
-    runs = tracking.with_split_tags(tracking.latest_per_config(runs))
+    runs = tracking.latest_per_config(runs)  # with the split tags
     if models:
         runs = runs[runs["tags.model"].isin(list(models))]
     if heldout is not None:
@@ -105,7 +105,7 @@ def compare_scores(per_run: pd.DataFrame, per_task: pd.DataFrame, ws: Workspace,
                    pairs: list[tuple[str, str]]) -> dict[str, pd.DataFrame]:
     """The means per model and network with a random pick's row, each pair's difference
     paired over the network's tasks (weighted top-1, as stage=compare) and over the runs."""
-    weights = ws.read("network_tasks", columns=["network", "task_id", "weight"]).rename(columns={"network": "heldout"})
+    weights = memberships(ws).rename(columns={"group": "heldout"})
     metrics = ["test_top1_score", "test_top5_score", "test_pair_acc"]
     means = per_run.groupby(["heldout", "model"], as_index=False).agg(
         runs=("seed", "size"), **{m: (m, "mean") for m in metrics},
@@ -160,7 +160,14 @@ def summary_text(experiment: str, ws: Workspace, tables: dict[str, pd.DataFrame]
 
 def _workspace(args) -> Workspace:
     """The workspace to score: `--workspace`, else the one `dataset=release` made from `--release`."""
-    root = Path(args.workspace) if args.workspace else Path(args.data) / args.release
+    if args.workspace:
+        root = Path(args.workspace)
+    else:  # named as dataset=release names it, under paths.data: the command reads the config, the library does not
+        from pipeline.config import compose
+        from pipeline.options import workspace_of
+
+        over = ["dataset=release", f"dataset.release={args.release}"] + ([f"paths.data={args.data}"] if args.data else [])
+        root = workspace_of(compose(over)).root
     if not (root / "tasks.parquet").exists():
         how = (f"python -m pipeline stage=tasks dataset=release dataset.release={args.release}" if args.release
                else "python -m pipeline stage=tasks ...")
@@ -184,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     p.add_argument("--release", help="dataset release whose workspace (dataset=release) is scored")
     p.add_argument("--workspace", help="a workspace folder to score instead")
-    p.add_argument("--data", default="data", help="where dataset=release workspaces are (paths.data)")
+    p.add_argument("--data", help="paths.data: where dataset=release workspaces are (default: the config's)")
     p.add_argument("--pairs", default="", help="model:reference,... (e.g. ens_ps_rank4_fixed:ms_xgb)")
     p.add_argument("--models", default="", help="only these models (comma-separated)")
     p.add_argument("--heldout", help="only the runs that held out this part (their tag `heldout`)")
