@@ -160,14 +160,8 @@ def summary_text(experiment: str, ws: Workspace, tables: dict[str, pd.DataFrame]
 
 def _workspace(args) -> Workspace:
     """The workspace to score: `--workspace`, else the one `dataset=release` made from `--release`."""
-    if args.workspace:
-        root = Path(args.workspace)
-    else:  # named as dataset=release names it, under paths.data: the command reads the config, the library does not
-        from pipeline.config import compose
-        from pipeline.options import workspace_of
-
-        over = ["dataset=release", f"dataset.release={args.release}"] + ([f"paths.data={args.data}"] if args.data else [])
-        root = workspace_of(compose(over)).root
+    # dataset=release's plain workspace name (the config's naming sits floors above this library)
+    root = Path(args.workspace) if args.workspace else Path(args.data) / args.release
     if not (root / "tasks.parquet").exists():
         how = (f"python -m pipeline stage=tasks dataset=release dataset.release={args.release}" if args.release
                else "python -m pipeline stage=tasks ...")
@@ -191,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tracking-uri", default="sqlite:///mlflow.db")
     p.add_argument("--release", help="dataset release whose workspace (dataset=release) is scored")
     p.add_argument("--workspace", help="a workspace folder to score instead")
-    p.add_argument("--data", help="paths.data: where dataset=release workspaces are (default: the config's)")
+    p.add_argument("--data", default="data", help="where dataset=release workspaces are (paths.data)")
     p.add_argument("--pairs", default="", help="model:reference,... (e.g. ens_ps_rank4_fixed:ms_xgb)")
     p.add_argument("--models", default="", help="only these models (comma-separated)")
     p.add_argument("--heldout", help="only the runs that held out this part (their tag `heldout`)")
