@@ -125,6 +125,24 @@ def test_reg2_ensemble_weighs_its_regression_member_twice():
     ens = _model("ens_ps_reg2_fixed", [], per_store_feature_table().spec)
     assert ens.weights == {"lgbm_ps_rank4_task": 1.0, "lgbm_ps_rank4_roofbase1": 1.0, "xgb_ps": 2.0}
 
+def test_long_ensemble_trains_its_rankers_twice_as_long():
+    """ens_ps_long_fixed is the fixed ensemble with its two LambdaRank members at 600 fixed
+    rounds, its regression member unchanged; each member trains exactly its own length."""
+    from pipeline.config import compose
+
+    fixed, long = (compose([f"model={n}"]).model for n in ("ens_ps_rank4_fixed", "ens_ps_long_fixed"))
+    rounds = {k: (m.rounds_without_val, m.early_stopping_rounds) for k, m in long.members.items()}
+    assert rounds == {"lgbm_ps_rank4_task": (600, 0), "lgbm_ps_rank4_roofbase1": (600, 0), "xgb_ps": (300, 0)}
+    for k, m in long.members.items():
+        assert {**m, "rounds_without_val": 0} == {**fixed.members[k], "rounds_without_val": 0}
+    tab = per_store_feature_table()  # no task columns: the task member reads none here
+    ens = _model("ens_ps_long_fixed", ["model.members.lgbm_ps_rank4_task.task_context=false"], tab.spec)
+    info = ens.fit(tab, tab.take(np.arange(0)))["members"]
+    assert {k: i["best_iteration"] for k, i in info.items()} == {
+        "lgbm_ps_rank4_task": 600, "lgbm_ps_rank4_roofbase1": 600, "xgb_ps": 300}
+    assert ens.members["lgbm_ps_rank4_task"].native().num_trees() == 600
+
+
 def test_label_weight_and_early_stopping_metric():
     from models.metrics import STOP_METRICS
 
