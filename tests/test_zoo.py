@@ -557,6 +557,25 @@ def test_tiny_yolov3_pool_of_stride_one_and_its_two_scales():
         assert model(x).shape == (1, 3, 85, 169 + 676)
 
 
+def test_wide_resnet_doubles_the_inner_width_with_dense_3x3s():
+    """Wide ResNet-50-2: each bottleneck's 1x1 and 3x3 convolutions twice as wide as
+    ResNet-50's, the 3x3 dense (ResNeXt-50 has the same widths in 32 groups), the blocks'
+    outputs and the classifier as ResNet-50's; torchvision's wide_resnet50_2 has 68,883,240
+    parameters."""
+    import torch
+
+    wide, plain = networks.wide_resnet50_2(), networks.resnet50()
+    assert sum(p.numel() for p in wide.parameters()) == 68_883_240
+    convs = [(m.in_channels, m.out_channels, m.groups) for m in wide.layers[2][1].modules()
+             if isinstance(m, torch.nn.Conv2d)]
+    assert convs == [(1024, 512, 1), (512, 512, 1), (512, 1024, 1)]
+    ref = [m.out_channels for m in plain.layers[2][1].modules() if isinstance(m, torch.nn.Conv2d)]
+    assert ref == [256, 256, 1024]
+    model, (x,) = networks.build("wide_resnet50_2")
+    with torch.no_grad():
+        assert model.layers(model.stem(x)).shape == (1, 2048, 7, 7) and model(x).shape == (1, 1000)
+
+
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region
     (no mask) and the bottom-right four (4x4, 4x3, 3x4, 3x3 tokens): a token attends only to

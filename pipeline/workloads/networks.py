@@ -76,6 +76,21 @@ class ResNeXtBottleneck(Bottleneck):
         self.conv3 = nn.Conv2d(inner, width * self.expansion, 1, bias=False)
 
 
+class WideBottleneck(Bottleneck):
+    """Wide ResNet-50-2 (Zagoruyko and Komodakis 2016, the ImageNet bottleneck network as
+    torchvision's wide_resnet50_2 builds it): the bottleneck's inner width doubled, its 3x3
+    convolution dense, the block's output as wide as ResNet-50's."""
+
+    def __init__(self, cin: int, width: int, stride: int = 1):
+        super().__init__(cin, width, stride)
+        inner = width * 2
+        self.conv1 = nn.Conv2d(cin, inner, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(inner)
+        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(inner)
+        self.conv3 = nn.Conv2d(inner, width * self.expansion, 1, bias=False)
+
+
 def _downsample(cin: int, cout: int, stride: int) -> nn.Module:
     if stride == 1 and cin == cout:
         return nn.Identity()
@@ -2172,6 +2187,10 @@ def resnet50() -> nn.Module:
     return ResNet(Bottleneck, [3, 4, 6, 3])
 
 
+def wide_resnet50_2() -> nn.Module:
+    return ResNet(WideBottleneck, [3, 4, 6, 3])
+
+
 def bert_encoder(layers: int = 12, seq: int = 128) -> nn.Module:
     return BertEncoder(BertConfig(layers=layers, seq=seq))
 
@@ -2850,7 +2869,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "char_cnn": CharCNN, "xception": Xception,
             "gpt2_decode": GPT2Decode, "t5_decode": T5Decode,
             "deepspeech2": DeepSpeech2, "rnnsearch_decode": RNNsearchDecode,
-            "tiny_yolov3": TinyYOLOv3}
+            "tiny_yolov3": TinyYOLOv3, "wide_resnet50_2": wide_resnet50_2}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
