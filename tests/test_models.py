@@ -141,6 +141,9 @@ def test_long_ensemble_trains_its_rankers_twice_as_long():
     assert {k: i["best_iteration"] for k, i in info.items()} == {
         "lgbm_ps_rank4_task": 600, "lgbm_ps_rank4_roofbase1": 600, "xgb_ps": 300}
     assert ens.members["lgbm_ps_rank4_task"].native().num_trees() == 600
+    short = compose(["model=ens_ps_long_reg100_fixed"]).model.members
+    assert {k: m.rounds_without_val for k, m in short.items()} == {
+        "lgbm_ps_rank4_task": 600, "lgbm_ps_rank4_roofbase1": 600, "xgb_ps": 100}
 
 
 def test_label_weight_and_early_stopping_metric():
