@@ -66,29 +66,23 @@ class ResNeXtBottleneck(Bottleneck):
     """ResNeXt-50 32x4d (Xie et al. 2017): a bottleneck twice as wide whose 3x3 convolution
     has 32 groups."""
 
+    groups = 32
+
     def __init__(self, cin: int, width: int, stride: int = 1):
         super().__init__(cin, width, stride)
         inner = width * 2
         self.conv1 = nn.Conv2d(cin, inner, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(inner)
-        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, groups=32, bias=False)
+        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, groups=self.groups, bias=False)
         self.bn2 = nn.BatchNorm2d(inner)
         self.conv3 = nn.Conv2d(inner, width * self.expansion, 1, bias=False)
 
 
-class WideBottleneck(Bottleneck):
+class WideBottleneck(ResNeXtBottleneck):
     """Wide ResNet-50-2 (Zagoruyko and Komodakis 2016, the ImageNet bottleneck network as
-    torchvision's wide_resnet50_2 builds it): the bottleneck's inner width doubled, its 3x3
-    convolution dense, the block's output as wide as ResNet-50's."""
+    torchvision's wide_resnet50_2 builds it): ResNeXt's widths with the 3x3 convolution dense."""
 
-    def __init__(self, cin: int, width: int, stride: int = 1):
-        super().__init__(cin, width, stride)
-        inner = width * 2
-        self.conv1 = nn.Conv2d(cin, inner, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(inner)
-        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(inner)
-        self.conv3 = nn.Conv2d(inner, width * self.expansion, 1, bias=False)
+    groups = 1
 
 
 def _downsample(cin: int, cout: int, stride: int) -> nn.Module:
