@@ -10,7 +10,7 @@ stage=compare does (models/evaluation.py): each model minus a reference paired o
 workspace's tasks and over the runs.
 
     python -m models.score_elsewhere --experiment <training experiment> --release <dataset release>
-        [--workspace <folder>] [--pairs a:b,c:d] [--out <folder>]
+        [--workspace <folder>] [--pairs a:b,c:d] [--members] [--out <folder>]
 
 Writes per_run.csv (one row per run and network), intervals.csv (over tasks), margins.csv
 (over runs), per_task.csv and a markdown summary to `--out` (default: the other workspace's
@@ -66,11 +66,14 @@ def select_runs(runs: pd.DataFrame, *, models=(), heldout: str | None = None) ->
     return runs
 
 
-def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32) -> tuple[pd.DataFrame, pd.DataFrame]:
+def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32,
+               members: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(one row per run and network of `ws`, the per-task rows the top-k figures count) for
-    training runs (`tracking.experiment_runs` rows) scored on every timed record of `ws`."""
+    training runs (`tracking.experiment_runs` rows) scored on every timed record of `ws`.
+    With `members`, each member of an ensemble is also scored alone, as model
+    `<model>.<member>`: which of them carries the ensemble's figures there."""
     runs = tracking.with_split_tags(runs)
-    tables, members = {}, memberships(ws)
+    tables, groups = {}, memberships(ws)
     per_run, per_task = [], []
     for _, run in runs.sort_values(["tags.model", "tags.split_seed"]).iterrows():
         uri, features = run.get("tags.pyfunc_model_uri"), str(run.get("tags.features") or "static")
@@ -82,20 +85,24 @@ def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32)
         model = load_cost_model(uri)
         if hasattr(model, "bind"):
             model.bind(ws)
-        table = _table_for(tables[features], model)
         seed = int(run["tags.split_seed"] or 0)
-        ev = evaluate(table.frame, model.predict(table), calibrated=model.calibrated, seed=seed, members=members,
-                      topk_min_records=topk_min_records)
-        keys = {"model": run["tags.model"], "features": features, "trained_heldout": run["tags.heldout"],
-                "seed": seed, "run_id": run["run_id"]}
-        tasks = ev.per_task.merge(members[["task_id", "group"]], on="task_id").rename(columns={"group": "heldout"})
-        for _, g in ev.per_group.iterrows():
-            mine = tasks[tasks["heldout"] == g["group"]]
-            per_run.append({**keys, "heldout": g["group"], "test_top1_score": g["top1_score"],
-                            "test_top5_score": g["top5_score"], "test_pair_acc": float(mine["pair_acc"].mean()),
-                            "random_top1_score": g["random_top1_score"], "n_tasks": int(g["n_tasks"]),
-                            "n_tasks_topk": int(g["n_tasks_topk"])})
-        per_task.append(tasks[tasks["topk"].astype(bool)].assign(**keys))
+        scored = [(run["tags.model"], model)]
+        if members and hasattr(model, "members"):
+            scored += [(f"{run['tags.model']}.{k}", m) for k, m in model.members.items()]
+        for name, scorer in scored:
+            table = _table_for(tables[features], scorer)
+            ev = evaluate(table.frame, scorer.predict(table), calibrated=scorer.calibrated, seed=seed,
+                          members=groups, topk_min_records=topk_min_records)
+            keys = {"model": name, "features": features, "trained_heldout": run["tags.heldout"],
+                    "seed": seed, "run_id": run["run_id"]}
+            tasks = ev.per_task.merge(groups[["task_id", "group"]], on="task_id").rename(columns={"group": "heldout"})
+            for _, g in ev.per_group.iterrows():
+                mine = tasks[tasks["heldout"] == g["group"]]
+                per_run.append({**keys, "heldout": g["group"], "test_top1_score": g["top1_score"],
+                                "test_top5_score": g["top5_score"], "test_pair_acc": float(mine["pair_acc"].mean()),
+                                "random_top1_score": g["random_top1_score"], "n_tasks": int(g["n_tasks"]),
+                                "n_tasks_topk": int(g["n_tasks_topk"])})
+            per_task.append(tasks[tasks["topk"].astype(bool)].assign(**keys))
     if not per_run:
         raise WorkspaceError(f"none of the {len(runs)} runs logged a model to score {ws.root} with")
     return pd.DataFrame(per_run, columns=RUN_COLUMNS), pd.concat(per_task, ignore_index=True)
@@ -189,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", default="", help="model:reference,... (e.g. ens_ps_rank4_fixed:ms_xgb)")
     p.add_argument("--models", default="", help="only these models (comma-separated)")
     p.add_argument("--heldout", help="only the runs that held out this part (their tag `heldout`)")
+    p.add_argument("--members", action="store_true",
+                   help="also score each member of an ensemble alone, as model <model>.<member>")
     p.add_argument("--topk-min-records", type=int, default=32)
     p.add_argument("--out", help="report folder (default: <workspace>/reports/scored_elsewhere-<experiment>)")
     args = p.parse_args(argv)
@@ -204,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = select_runs(runs, models=[m for m in args.models.split(",") if m], heldout=args.heldout)
     except ValueError as e:
         raise SystemExit(f"experiment {args.experiment!r}: {e}") from None
-    per_run, per_task = score_runs(runs, ws, topk_min_records=args.topk_min_records)
+    per_run, per_task = score_runs(runs, ws, topk_min_records=args.topk_min_records, members=args.members)
     tables = compare_scores(per_run, per_task, ws, pairs)
     out = Path(args.out) if args.out else ws.root / "reports" / f"scored_elsewhere-{args.experiment}"
     out.mkdir(parents=True, exist_ok=True)

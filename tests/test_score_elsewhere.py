@@ -18,12 +18,15 @@ pytestmark = pytest.mark.skipif(not RELEASE.is_dir(), reason=f"{RELEASE} is not 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """Two seeds of ms_xgb and a pack-sum LambdaRank model trained on the release (by_task)."""
+    """Two seeds of ms_xgb, a pack-sum LambdaRank model and the fixed ensemble (its members
+    trained 30 rounds) trained on the release (by_task)."""
     tmp = tmp_path_factory.mktemp("elsewhere")
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    short = [f"model.ens_ps_rank4_fixed.members.{m}.rounds_without_val=30"
+             for m in ("lgbm_ps_rank4_task", "lgbm_ps_rank4_roofbase1", "xgb_ps")]
     over = ["dataset=release", f"dataset.release={RELEASE}", f"paths.data={tmp / 'data'}", "model=all",
-            "features=static", "train.models=[ms_xgb,lgbm_ps_rank4_task]", "split=by_task",
-            f"mlflow.tracking_uri={uri}", "mlflow.experiment=elsewhere"]
+            "features=static", "train.models=[ms_xgb,lgbm_ps_rank4_task,ens_ps_rank4_fixed]", "split=by_task",
+            f"mlflow.tracking_uri={uri}", "mlflow.experiment=elsewhere", *short]
     for seed in (0, 1):
         run_stage("train", [*over, f"seed={seed}"])
     return tmp, uri, workspace_of(compose(over))
@@ -35,9 +38,9 @@ def test_runs_scored_on_their_own_workspace_give_their_logged_test_picks(trained
     training's."""
     _, uri, ws = trained
     runs = tracking.latest_per_config(tracking.experiment_runs(uri, "elsewhere"))
-    assert len(runs) == 4
+    assert len(runs) == 6
     per_run, per_task = score_elsewhere.score_runs(runs, ws)
-    assert len(per_run) == 4 and set(per_run["heldout"]) == {"rnnsearch_decode"}
+    assert len(per_run) == 6 and set(per_run["heldout"]) == {"rnnsearch_decode"}
     assert per_run["test_top1_score"].between(0, 1).all() and per_run["test_top1_score"].gt(per_run["random_top1_score"]).any()
     logged = tracking.per_task_tables(runs)
     logged = logged[logged["topk"].astype(bool)]
@@ -55,7 +58,7 @@ def test_the_command_writes_means_pairs_and_a_random_pick(trained, capsys):
     assert score_elsewhere.main(["--experiment", "elsewhere", "--tracking-uri", uri, "--workspace", str(ws.root),
                                  "--pairs", "lgbm_ps_rank4_task:ms_xgb", "--out", str(out)]) == 0
     means = pd.read_csv(out / "means.csv")
-    assert set(means["model"]) == {"random", "ms_xgb", "lgbm_ps_rank4_task"}
+    assert set(means["model"]) == {"random", "ms_xgb", "lgbm_ps_rank4_task", "ens_ps_rank4_fixed"}
     assert means.loc[means["model"] != "random", "runs"].eq(2).all()
     intervals, margins = pd.read_csv(out / "intervals.csv"), pd.read_csv(out / "margins.csv")
     assert list(zip(intervals["model"], intervals["reference"])) == [("lgbm_ps_rank4_task", "ms_xgb")]
@@ -65,6 +68,26 @@ def test_the_command_writes_means_pairs_and_a_random_pick(trained, capsys):
     assert (margins["n_runs"] == 2).all() and set(margins["heldout"]) == {"rnnsearch_decode"}
     text = capsys.readouterr().out
     assert "| rnnsearch_decode | random |" in text and "lgbm_ps_rank4_task | ms_xgb |" in text
+
+
+def test_members_of_an_ensemble_are_scored_alone_beside_it(trained):
+    """With --members each member of the ensemble gets its own rows, scored by its own
+    predictions (not the ensemble's), and can be paired like any model; other models have none."""
+    tmp, uri, ws = trained
+    out = tmp / "members"
+    assert score_elsewhere.main(["--experiment", "elsewhere", "--tracking-uri", uri, "--workspace", str(ws.root),
+                                 "--members", "--models", "ens_ps_rank4_fixed,ms_xgb", "--out", str(out),
+                                 "--pairs", "ens_ps_rank4_fixed.xgb_ps:ens_ps_rank4_fixed"]) == 0
+    per_run = pd.read_csv(out / "per_run.csv")
+    members = ["lgbm_ps_rank4_task", "lgbm_ps_rank4_roofbase1", "xgb_ps"]
+    assert sorted(set(per_run["model"])) == sorted(["ens_ps_rank4_fixed", "ms_xgb",
+                                                     *(f"ens_ps_rank4_fixed.{m}" for m in members)])
+    assert per_run.groupby("model")["seed"].nunique().eq(2).all()
+    runs = per_run.set_index(["model", "seed"])["test_pair_acc"].unstack("model")
+    for m in members:  # each member orders the records otherwise than the ensemble in some run
+        assert not runs[f"ens_ps_rank4_fixed.{m}"].equals(runs["ens_ps_rank4_fixed"])
+    intervals = pd.read_csv(out / "intervals.csv")
+    assert list(zip(intervals["model"], intervals["reference"])) == [("ens_ps_rank4_fixed.xgb_ps", "ens_ps_rank4_fixed")]
 
 
 def test_bad_inputs_name_the_fix(trained, tmp_path):
