@@ -58,12 +58,17 @@ class EnsembleModel(CostModel):
         for m in self.members.values():
             m.continue_fit(table, rounds=rounds, epochs=epochs)
 
-    def _combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
+    def combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
+        """The ensemble's score from its members' (`member_scores`)."""
         total = sum(self.weights.values())
         return sum(self.weights[k] * (s - self.scale[k][0]) / self.scale[k][1] for k, s in scores.items()) / total
 
+    def member_scores(self, table) -> dict[str, np.ndarray]:
+        """Each member's own score of the table's records."""
+        return {k: m.predict(table) for k, m in self.members.items()}
+
     def predict(self, table) -> np.ndarray:
-        return self._combine({k: m.predict(table) for k, m in self.members.items()})
+        return self.combine(self.member_scores(table))
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         out = {}
@@ -72,7 +77,7 @@ class EnsembleModel(CostModel):
             mine = records[:, cols] if cols else np.zeros((records.shape[0], 0), np.float32)
             idx = [self.spec.store_columns.index(c) for c in m.spec.store_columns]
             out[k] = m.predict_arrays(mine, stores[:, idx] if idx else None, offsets if idx else None)
-        return self._combine(out)
+        return self.combine(out)
 
     def native(self):
         return None

@@ -30,6 +30,7 @@ import pandas as pd
 
 from models import evaluation as E
 from models import tracking
+from models.ensemble import EnsembleModel
 from models.metrics import evaluate
 from models.pyfunc import load_cost_model
 from models.tables import build_table, memberships
@@ -85,15 +86,17 @@ def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32,
         model = load_cost_model(uri)
         if hasattr(model, "bind"):
             model.bind(ws)
-        seed = int(run["tags.split_seed"] or 0)
-        scored = [(run["tags.model"], model)]
-        if members and hasattr(model, "members"):
-            scored += [(f"{run['tags.model']}.{k}", m) for k, m in model.members.items()]
-        for name, scorer in scored:
-            table = _table_for(tables[features], scorer)
-            ev = evaluate(table.frame, scorer.predict(table), calibrated=scorer.calibrated, seed=seed,
+        seed, name, table = int(run["tags.split_seed"] or 0), run["tags.model"], _table_for(tables[features], model)
+        if members and isinstance(model, EnsembleModel):  # each member predicts once, the ensemble combines them
+            parts = model.member_scores(table)
+            scored = [(name, model.combine(parts), model.calibrated),
+                      *((f"{name}.{k}", s, model.members[k].calibrated) for k, s in parts.items())]
+        else:
+            scored = [(name, model.predict(table), model.calibrated)]
+        for label, scores, calibrated in scored:
+            ev = evaluate(table.frame, scores, calibrated=calibrated, seed=seed,
                           members=groups, topk_min_records=topk_min_records)
-            keys = {"model": name, "features": features, "trained_heldout": run["tags.heldout"],
+            keys = {"model": label, "features": features, "trained_heldout": run["tags.heldout"],
                     "seed": seed, "run_id": run["run_id"]}
             tasks = ev.per_task.merge(groups[["task_id", "group"]], on="task_id").rename(columns={"group": "heldout"})
             for _, g in ev.per_group.iterrows():
