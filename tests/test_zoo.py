@@ -576,6 +576,21 @@ def test_wide_resnet_doubles_the_inner_width_with_dense_3x3s():
         assert model.layers(model.stem(x)).shape == (1, 2048, 7, 7) and model(x).shape == (1, 1000)
 
 
+def test_vit_base_is_vit_small_twice_as_wide():
+    """ViT-B/16: ViT-S/16's 12 layers over the same 197 tokens with hidden 768, 12 heads of 64
+    and a 3,072-wide MLP; timm's vit_base_patch16_224 has 86,567,656 parameters."""
+    import torch
+
+    base, small = networks.vit_b16(), networks.ViT()
+    assert sum(p.numel() for p in base.parameters()) == 86_567_656
+    assert (base.seq, base.hidden, len(base.layers)) == (small.seq, 768, len(small.layers)) == (197, 768, 12)
+    layer = base.layers[0]
+    assert (layer.heads, layer.head_dim) == (12, 64) and tuple(layer.mlp[0].weight.shape) == (768, 3072)
+    model, (x,) = networks.build("vit_b16")
+    with torch.no_grad():
+        assert model(x).shape == (1, 1000)
+
+
 def test_swin_shifted_window_mask():
     """After the cyclic shift by 3 of a 14x14 map, the top-left 7x7 window holds one region
     (no mask) and the bottom-right four (4x4, 4x3, 3x4, 3x3 tokens): a token attends only to

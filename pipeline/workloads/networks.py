@@ -2,7 +2,7 @@
 
 The layer shapes follow the published models (torchvision's ResNet-18/50, ResNeXt-50 32x4d,
 MobileNet-V2, MobileNet-V3 small, SqueezeNet 1.1, ConvNeXt-T, ShuffleNet-V2 1.0x and
-EfficientNet-B0, BERT-base's encoder, ViT-S/16, MLP-Mixer S/16, a GPT-style decoder,
+EfficientNet-B0, BERT-base's encoder, ViT-S/16 and ViT-B/16, MLP-Mixer S/16, a GPT-style decoder,
 SmolLM2-135M's decoder, wav2vec 2.0 base, Whisper tiny's encoder, QuartzNet 5x5, T5-small's
 encoder, ECAPA-TDNN (C 512), Conformer-S's encoder, Conv-TasNet, U-Net, YOLOv5s, X3D-XS,
 Swin-T, DenseNet-121, Inception-v3, RegNetY-400MF, timm's MobileViT-XS, TenSet's DCGAN), which
@@ -2185,6 +2185,11 @@ def wide_resnet50_2() -> nn.Module:
     return ResNet(WideBottleneck, [3, 4, 6, 3])
 
 
+def vit_b16() -> nn.Module:
+    """ViT-B/16 at 224x224 (timm's vit_base_patch16_224): ViT-S/16 with hidden 768 and 12 heads."""
+    return ViT(hidden=768, heads=12)
+
+
 def bert_encoder(layers: int = 12, seq: int = 128) -> nn.Module:
     return BertEncoder(BertConfig(layers=layers, seq=seq))
 
@@ -2863,7 +2868,7 @@ NETWORKS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": MobileNe
             "char_cnn": CharCNN, "xception": Xception,
             "gpt2_decode": GPT2Decode, "t5_decode": T5Decode,
             "deepspeech2": DeepSpeech2, "rnnsearch_decode": RNNsearchDecode,
-            "tiny_yolov3": TinyYOLOv3, "wide_resnet50_2": wide_resnet50_2}
+            "tiny_yolov3": TinyYOLOv3, "wide_resnet50_2": wide_resnet50_2, "vit_b16": vit_b16}
 
 
 def build(name: str, batch: int = 1, seed: int = 0, **options) -> tuple[nn.Module, tuple]:
