@@ -42,10 +42,16 @@ def executor_of(cfg) -> Executor:
 
 
 def target_of(cfg) -> dict:
-    """The TVM target dict of the `target` group."""
+    """The TVM target dict of the `target` group; a CPU named for an llvm target under the
+    generic target's name is refused (its kernels would join the generic target's workspace)."""
     from pipeline.shims.targets import target_dict
 
-    return target_dict(cfg.target.tvm)
+    tvm = cfg.target.tvm
+    if tvm.get("kind") == "llvm" and tvm.get("mcpu") and str(cfg.target.name) == "llvm":
+        raise ValueError(f"target.tvm.mcpu={tvm.mcpu} builds other kernels than target.name=llvm's (generic "
+                         f"x86-64, SSE2): give the target its own name, e.g. target.name=llvm-{tvm.mcpu}, which "
+                         f"names its workspace and releases")
+    return target_dict(tvm)
 
 
 def tracking_store(cfg) -> Store:

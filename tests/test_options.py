@@ -29,6 +29,35 @@ def test_workspace_shard_executor_and_target(tmp_path):
     assert options.target_of(compose(["target=h100"]))["kind"] == "cuda"
 
 
+def test_an_llvm_target_for_a_named_cpu_needs_its_own_name_and_builds_wider_vectors():
+    """The generic llvm target builds 128-bit SSE code on any x86-64 machine; `mcpu` builds
+    for a CPU's vector width, and only under a target name of its own; `host` is this CPU."""
+    import re
+
+    import tvm
+    from tvm import s_tir, te
+
+    with pytest.raises(ValueError, match="target.name=llvm-haswell"):
+        options.target_of(compose(["target.tvm.mcpu=haswell"]))
+    haswell = options.target_of(compose(["target.tvm.mcpu=haswell", "target.name=llvm-haswell"]))
+    assert haswell == {"kind": "llvm", "num-cores": os.cpu_count(), "mcpu": "haswell"}
+    host = options.target_of(compose(["target.tvm.mcpu=host", "target.name=llvm-host"]))["mcpu"]
+    assert host and host != "host"
+
+    a = te.placeholder((1024,), name="a")
+    b = te.compute((1024,), lambda i: a[i] * a[i] + 2.0, name="b")
+    sch = s_tir.Schedule(te.create_prim_func([a, b]))
+    (loop,) = sch.get_loops(sch.get_sblock("b"))
+    sch.vectorize(sch.split(loop, [None, 16])[1])
+
+    def registers(target: dict) -> set[str]:
+        lib = tvm.compile(sch.mod, target=tvm.target.Target(target))
+        return set(re.findall(r"%([xyz]mm)\d+", lib.mod.inspect_source("asm")))
+
+    assert registers(options.target_of(compose([]))) == {"xmm"}
+    assert "ymm" in registers(haswell)
+
+
 def test_a_workspace_of_another_selection_is_refused_unless_unchecked(tmp_path):
     over = [f"paths.data={tmp_path}", "dataset.ops=[GMM]", "dataset.configs=[0]", "budget=smoke"]
     from pipeline.config import run_stage

@@ -10,11 +10,20 @@ from omegaconf import OmegaConf
 
 def target_dict(tvm) -> dict:
     """The `target.tvm` config as TVM's target dict (an llvm target without `num-cores` gets
-    this machine's CPU count; unset keys are left out)."""
+    this machine's CPU count, `mcpu: host` this machine's CPU name; unset keys are left out)."""
     d = OmegaConf.to_container(tvm, resolve=True) if OmegaConf.is_config(tvm) else dict(tvm)
     if d.get("kind") == "llvm" and d.get("num-cores") is None:
         d["num-cores"] = os.cpu_count() or 1
+    if d.get("kind") == "llvm" and d.get("mcpu") == "host":
+        d["mcpu"] = host_cpu()
     return {k: v for k, v in d.items() if v is not None}
+
+
+def host_cpu() -> str:
+    """This machine's CPU as LLVM names it (what clang's -march=native picks)."""
+    import tvm.target.codegen
+
+    return str(tvm.target.codegen.llvm_get_system_cpu())
 
 
 def make_target(d: dict):
