@@ -7,6 +7,11 @@ mean and standard deviation of its predictions on the training part, fixed at fi
 saved with the model: a candidate's score never depends on the other candidates scored with
 it. The ensemble's input is the union of its members' inputs (record columns and, when a
 member reads them, per-store rows).
+
+`convolution_weights` gives the members other weights on the records of tasks that sum over a
+window of their input (convolutions and average pools, by the task's context: `task.window`
+and `task.reduce_sum`, read from the workload's TIR, so the same in a dataset and in tuning):
+members that order such tasks worse than others can be left out there alone.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ from omegaconf import DictConfig, OmegaConf
 from models import registry
 from models.base import CostModel, FeatureSpec
 
+CONVOLUTION_COLUMNS = ("task.window", "task.reduce_sum")  # a sum over a window of an input
+
 
 class EnsembleModel(CostModel):
     """Hyperparameters (conf/model/<name>.yaml): members (name -> model config), weights
-    (name -> weight, default 1 each)."""
+    (name -> weight, default 1 each), convolution_weights (name -> weight on the records of
+    convolution tasks, default 0 each; none: `weights` everywhere)."""
 
     name = "ensemble"
     library = "ensemble"
@@ -31,18 +39,27 @@ class EnsembleModel(CostModel):
     calibrated = False
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", members: dict | None = None,
-                 weights: dict | None = None, seed: int = 0, threads: int = 0):
+                 weights: dict | None = None, convolution_weights: dict | None = None, seed: int = 0,
+                 threads: int = 0):
         members = {str(k): OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else dict(v)
                    for k, v in (members or {}).items()}
         if not members:
             raise ValueError(f"model {name or self.name}: members is empty; name at least one model config")
         weights = {k: float((weights or {}).get(k, 1.0)) for k in members}
+        conv = _convolution_weights(convolution_weights, members, name or self.name)
         parts = {k: registry.create(cfg, spec, seed=seed, threads=threads) for k, cfg in members.items()}
         own = _union(spec, [m.spec for m in parts.values()])
-        super().__init__(own, hyperparams={"members": members, "weights": weights}, name=name, seed=seed,
-                         threads=threads)
+        if conv is not None:
+            missing = [c for c in CONVOLUTION_COLUMNS if c not in spec.columns]
+            if missing:
+                raise ValueError(f"model {name or self.name}: convolution_weights needs the task's context columns "
+                                 f"{missing}, which feature set {spec.feature_set!r} lacks: use features=static or all")
+            own.columns += [c for c in CONVOLUTION_COLUMNS if c not in own.columns]
+        params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {})}
+        super().__init__(own, hyperparams=params, name=name, seed=seed, threads=threads)
         self.members = parts
         self.weights = weights
+        self.convolution_weights = conv
         self.scale: dict[str, tuple[float, float]] = {}
 
     def fit(self, train, val) -> dict:
@@ -58,17 +75,36 @@ class EnsembleModel(CostModel):
         for m in self.members.values():
             m.continue_fit(table, rounds=rounds, epochs=epochs)
 
-    def combine(self, scores: dict[str, np.ndarray]) -> np.ndarray:
-        """The ensemble's score from its members' (`member_scores`)."""
-        total = sum(self.weights.values())
-        return sum(self.weights[k] * (s - self.scale[k][0]) / self.scale[k][1] for k, s in scores.items()) / total
+    def combine(self, scores: dict[str, np.ndarray], convolutions: np.ndarray | None = None) -> np.ndarray:
+        """The ensemble's score from its members' (`member_scores`); on the records marked in
+        `convolutions` (`convolution_rows`) with `convolution_weights`."""
+        out = self._mean(scores, self.weights)
+        if self.convolution_weights is not None and convolutions is not None and convolutions.any():
+            out = np.where(convolutions, self._mean(scores, self.convolution_weights), out)
+        return out
+
+    def _mean(self, scores: dict[str, np.ndarray], weights: dict[str, float]) -> np.ndarray:
+        total = sum(weights.values())
+        return sum(weights[k] * (s - self.scale[k][0]) / self.scale[k][1] for k, s in scores.items()) / total
+
+    def convolution_rows(self, column) -> np.ndarray | None:
+        """Which records are of convolution tasks (None without `convolution_weights`);
+        `column(name)` gives a record-level column's values."""
+        if self.convolution_weights is None:
+            return None
+        window, summed = (np.asarray(column(c), dtype=np.float64) for c in CONVOLUTION_COLUMNS)
+        return (window > 0.5) & (summed > 0.5)
+
+    def convolutions_of(self, table) -> np.ndarray | None:
+        """`convolution_rows` of a training table's records."""
+        return self.convolution_rows(lambda c: table.frame[c].to_numpy())
 
     def member_scores(self, table) -> dict[str, np.ndarray]:
         """Each member's own score of the table's records."""
         return {k: m.predict(table) for k, m in self.members.items()}
 
     def predict(self, table) -> np.ndarray:
-        return self.combine(self.member_scores(table))
+        return self.combine(self.member_scores(table), self.convolutions_of(table))
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         out = {}
@@ -77,7 +113,7 @@ class EnsembleModel(CostModel):
             mine = records[:, cols] if cols else np.zeros((records.shape[0], 0), np.float32)
             idx = [self.spec.store_columns.index(c) for c in m.spec.store_columns]
             out[k] = m.predict_arrays(mine, stores[:, idx] if idx else None, offsets if idx else None)
-        return self.combine(out)
+        return self.combine(out, self.convolution_rows(lambda c: records[:, self.spec.columns.index(c)]))
 
     def native(self):
         return None
@@ -100,9 +136,24 @@ class EnsembleModel(CostModel):
         CostModel.__init__(m, spec, hyperparams=meta["params"], name=meta["name"], seed=meta["seed"])
         m.members = {k: registry.load(folder / "members" / k) for k in meta["params"]["members"]}
         m.weights = meta["params"]["weights"]
+        m.convolution_weights = meta["params"].get("convolution_weights")
         m.scale = {k: tuple(v) for k, v in json.loads((folder / "ensemble.json").read_text())["scale"].items()}
         m.info = meta.get("info", {})
         return m
+
+
+def _convolution_weights(given: dict | None, members: dict, who: str) -> dict[str, float] | None:
+    """Every member's weight on convolution records (0 where not named), or None."""
+    if not given:
+        return None
+    unknown = sorted(set(given) - set(members))
+    if unknown:
+        raise ValueError(f"model {who}: convolution_weights names {unknown}, not members; its members: {sorted(members)}")
+    conv = {k: float(given.get(k, 0.0)) for k in members}
+    if sum(conv.values()) <= 0:
+        raise ValueError(f"model {who}: convolution_weights {conv} sum to {sum(conv.values())}; give a member a "
+                         f"positive weight")
+    return conv
 
 
 def _union(spec: FeatureSpec, specs: list[FeatureSpec]) -> FeatureSpec:

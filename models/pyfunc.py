@@ -39,7 +39,7 @@ from mlflow.types.schema import AnyType, ColSpec, Schema, TensorSpec
 from packaging.version import Version
 
 from features import roofline
-from models import pyfunc_model, registry
+from models import ensemble, pyfunc_model, registry
 from models.base import CostModel
 
 LOADER = Path(pyfunc_model.__file__)
@@ -137,11 +137,15 @@ def ensemble_contract(model: CostModel, table, device: str) -> dict:
                                      f"portable loader reads only boosters of {', '.join(pyfunc_model.BOOSTER_FILES)}")
         members[k] = {**c, "file": f"members/{k}/{pyfunc_model.BOOSTER_FILES[m.library]}",
                       "weight": float(model.weights[k]), "scale": [float(v) for v in model.scale[k]]}
+        if model.convolution_weights is not None:
+            members[k]["convolution_weight"] = float(model.convolution_weights[k])
+    conv = ({"convolution_columns": [names.get(c, c) for c in ensemble.CONVOLUTION_COLUMNS]}
+            if model.convolution_weights is not None else {})
     return {"format": 1, "model": model.name, "library": model.library, "flavor": model.flavor,
             "predictor": ENSEMBLE, "feature_set": model.spec.feature_set, "input": model.spec.input,
             "tables": sorted({t for c in members.values() for t in c["tables"]}),
             "columns": [names.get(c, c) for c in model.spec.columns], "store_columns": list(model.spec.store_columns),
-            "target_kind": model.spec.target_kind, "calibrated": bool(model.calibrated), "members": members}
+            "target_kind": model.spec.target_kind, "calibrated": bool(model.calibrated), "members": members, **conv}
 
 
 def counters_contract(model: CostModel, table, device: str) -> dict:

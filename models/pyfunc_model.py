@@ -154,16 +154,23 @@ class EnsemblePredictor(CostModelPredictor):
         self.members = members
 
     def scores(self, records, stores, offsets) -> np.ndarray:
-        total, out = 0.0, np.zeros(len(records), np.float64)
+        z = {}
         for k, m in self.members.items():
-            spec = self.contract["members"][k]
             mine = records[:, [self.columns.index(c) for c in m.columns]]
             idx = [self.store_columns.index(c) for c in m.store_columns]
             s = m.scores(mine, stores[:, idx] if idx else None, offsets if idx else None)
-            mean, std = spec["scale"]
-            out += spec["weight"] * (s - mean) / std
-            total += spec["weight"]
-        return out / total
+            mean, std = self.contract["members"][k]["scale"]
+            z[k] = (s - mean) / std
+        out = self._mean(z, "weight")
+        marks = self.contract.get("convolution_columns")
+        if marks and len(records):  # records of convolution tasks: the members' convolution weights
+            conv = np.logical_and.reduce([records[:, self.columns.index(c)] > 0.5 for c in marks])
+            out = np.where(conv, self._mean(z, "convolution_weight"), out)
+        return out
+
+    def _mean(self, z: dict, key: str) -> np.ndarray:
+        weights = {k: float(self.contract["members"][k][key]) for k in z}
+        return sum(weights[k] * v for k, v in z.items()) / sum(weights.values())
 
 
 class CounterPredictor(CostModelPredictor):
