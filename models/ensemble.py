@@ -49,11 +49,7 @@ class EnsembleModel(CostModel):
         conv = _convolution_weights(convolution_weights, members, name or self.name)
         parts = {k: registry.create(cfg, spec, seed=seed, threads=threads) for k, cfg in members.items()}
         own = _union(spec, [m.spec for m in parts.values()])
-        if conv is not None:
-            missing = [c for c in CONVOLUTION_COLUMNS if c not in spec.columns]
-            if missing:
-                raise ValueError(f"model {name or self.name}: convolution_weights needs the task's context columns "
-                                 f"{missing}, which feature set {spec.feature_set!r} lacks: use features=static or all")
+        if conv is not None:  # read from the task's context, as a member with task_context reads it
             own.columns += [c for c in CONVOLUTION_COLUMNS if c not in own.columns]
         params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {})}
         super().__init__(own, hyperparams=params, name=name, seed=seed, threads=threads)
@@ -97,6 +93,11 @@ class EnsembleModel(CostModel):
 
     def convolutions_of(self, table) -> np.ndarray | None:
         """`convolution_rows` of a training table's records."""
+        missing = [c for c in CONVOLUTION_COLUMNS if c not in table.frame.columns]
+        if self.convolution_weights is not None and missing:
+            raise ValueError(f"model {self.name}: convolution_weights reads the task's context columns {missing}, "
+                             f"which this table lacks (models.tables.build_table adds them for features=static "
+                             f"or all)")
         return self.convolution_rows(lambda c: table.frame[c].to_numpy())
 
     def member_scores(self, table) -> dict[str, np.ndarray]:

@@ -137,7 +137,7 @@ def test_convolution_tasks_get_the_ensembles_convolution_weights(tmp_path):
     conv = tab.frame["task_id"].isin(["t0", "t2", "t4"]).to_numpy()
     pool = tab.frame["task_id"].isin(["t1", "t2"]).to_numpy()  # a window read with a max: not a convolution
     frame = tab.frame.assign(**{"task.window": (conv | pool).astype(float), "task.reduce_sum": (~pool).astype(float)})
-    tab = replace(tab, frame=frame, spec=FeatureSpec("static", ["task.window", "task.reduce_sum"], tab.spec.store_columns))
+    tab = replace(tab, frame=frame)  # as models.tables builds it: the task's context beside the spec's columns
     sp = make_split(tab.frame, "within_task", seed=0)
     train, test = tab.take(sp.train), tab.take(sp.test)
     ens = _model("ens_ps", ["+model.convolution_weights.xgb_ps=1"], tab.spec)
@@ -153,18 +153,20 @@ def test_convolution_tasks_get_the_ensembles_convolution_weights(tmp_path):
     ens.save(tmp_path / "m")
     again = registry.load(tmp_path / "m")
     assert again.convolution_weights == ens.convolution_weights
-    np.testing.assert_allclose(again.predict_frame(test.store_frame())["score"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(again.predict_frame(test.store_frame(ens.spec.columns))["score"], want, rtol=1e-5,
+                               atol=1e-6)
     contract = pyfunc.ensemble_contract(ens, tab, "cpu")
     assert contract["convolution_columns"] == ["task.window", "task.reduce_sum"]
     portable = pyfunc_model.load(tmp_path / "m", contract, tmp_path / "m")
-    np.testing.assert_allclose(portable.scores(test.records, test.stores, test.offsets), want, rtol=1e-5, atol=1e-6)
+    records = test.frame[ens.spec.columns].to_numpy(np.float32)
+    np.testing.assert_allclose(portable.scores(records, test.stores, test.offsets), want, rtol=1e-5, atol=1e-6)
     # without the weights, the same members score every record alike
     plain = _model("ens_ps", [], tab.spec)
     assert plain.convolution_weights is None and plain.convolutions_of(test) is None
     with pytest.raises(ValueError, match="not members"):
         _model("ens_ps", ["+model.convolution_weights.nothing=1"], tab.spec)
-    with pytest.raises(ValueError, match="lacks"):
-        _model("ens_ps", ["+model.convolution_weights.xgb_ps=1"], additive_table().spec)
+    with pytest.raises(ValueError, match="context columns"):  # a table without the task's context
+        ens.convolutions_of(additive_table())
 
 
 def test_convreg_ensemble_is_the_fixed_one_with_convolutions_to_its_regression_member():
@@ -172,16 +174,11 @@ def test_convreg_ensemble_is_the_fixed_one_with_convolutions_to_its_regression_m
 
     fixed, conv = (compose([f"model={n}"]).model for n in ("ens_ps_rank4_fixed", "ens_ps_convreg_fixed"))
     assert conv.members == fixed.members and conv.get("weights") == fixed.get("weights")
-    ens = _model("ens_ps_convreg_fixed", [], with_task_columns(per_store_feature_table()))
+    # as stage=train makes it: the table's spec names no task column; the model reads them
+    ens = _model("ens_ps_convreg_fixed", [], per_store_feature_table().spec)
     assert ens.weights == dict.fromkeys(ens.members, 1.0)
     assert ens.convolution_weights == {"lgbm_ps_rank4_task": 0.0, "lgbm_ps_rank4_roofbase1": 0.0, "xgb_ps": 1.0}
-
-
-def with_task_columns(tab):
-    """The table's spec with the task's context columns (as models.tables gives them)."""
-    from features.task_context import COLUMNS
-
-    return FeatureSpec(tab.spec.feature_set, list(COLUMNS), tab.spec.store_columns)
+    assert {"task.window", "task.reduce_sum"} <= set(ens.spec.columns)
 
 
 def test_long_ensemble_trains_its_rankers_twice_as_long():
