@@ -48,9 +48,8 @@ class EnsembleModel(CostModel):
         weights = {k: float((weights or {}).get(k, 1.0)) for k in members}
         conv = _convolution_weights(convolution_weights, members, name or self.name)
         parts = {k: registry.create(cfg, spec, seed=seed, threads=threads) for k, cfg in members.items()}
-        own = _union(spec, [m.spec for m in parts.values()])
-        if conv is not None:  # read from the task's context, as a member with task_context reads it
-            own.columns += [c for c in CONVOLUTION_COLUMNS if c not in own.columns]
+        # the gate reads the task's context as a member with task_context reads it
+        own = _union(spec, [m.spec for m in parts.values()], CONVOLUTION_COLUMNS if conv else ())
         params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {})}
         super().__init__(own, hyperparams=params, name=name, seed=seed, threads=threads)
         self.members = parts
@@ -73,7 +72,7 @@ class EnsembleModel(CostModel):
 
     def combine(self, scores: dict[str, np.ndarray], convolutions: np.ndarray | None = None) -> np.ndarray:
         """The ensemble's score from its members' (`member_scores`); on the records marked in
-        `convolutions` (`convolution_rows`) with `convolution_weights`."""
+        `convolutions` (see `convolutions`) with `convolution_weights`."""
         out = self._mean(scores, self.weights)
         if self.convolution_weights is not None and convolutions is not None and convolutions.any():
             out = np.where(convolutions, self._mean(scores, self.convolution_weights), out)
@@ -83,29 +82,25 @@ class EnsembleModel(CostModel):
         total = sum(weights.values())
         return sum(weights[k] * (s - self.scale[k][0]) / self.scale[k][1] for k, s in scores.items()) / total
 
-    def convolution_rows(self, column) -> np.ndarray | None:
-        """Which records are of convolution tasks (None without `convolution_weights`);
-        `column(name)` gives a record-level column's values."""
+    def convolutions(self, columns) -> np.ndarray | None:
+        """Which records are of convolution tasks, from `columns` (a table's frame, or a mapping
+        of column name to values); None without `convolution_weights`."""
         if self.convolution_weights is None:
             return None
-        window, summed = (np.asarray(column(c), dtype=np.float64) for c in CONVOLUTION_COLUMNS)
-        return (window > 0.5) & (summed > 0.5)
-
-    def convolutions_of(self, table) -> np.ndarray | None:
-        """`convolution_rows` of a training table's records."""
-        missing = [c for c in CONVOLUTION_COLUMNS if c not in table.frame.columns]
-        if self.convolution_weights is not None and missing:
+        missing = [c for c in CONVOLUTION_COLUMNS if c not in columns]
+        if missing:
             raise ValueError(f"model {self.name}: convolution_weights reads the task's context columns {missing}, "
                              f"which this table lacks (models.tables.build_table adds them for features=static "
                              f"or all)")
-        return self.convolution_rows(lambda c: table.frame[c].to_numpy())
+        window, summed = (np.asarray(columns[c], dtype=np.float64) for c in CONVOLUTION_COLUMNS)
+        return (window > 0.5) & (summed > 0.5)
 
     def member_scores(self, table) -> dict[str, np.ndarray]:
         """Each member's own score of the table's records."""
         return {k: m.predict(table) for k, m in self.members.items()}
 
     def predict(self, table) -> np.ndarray:
-        return self.combine(self.member_scores(table), self.convolutions_of(table))
+        return self.combine(self.member_scores(table), self.convolutions(table.frame))
 
     def predict_arrays(self, records, stores, offsets) -> np.ndarray:
         out = {}
@@ -114,7 +109,7 @@ class EnsembleModel(CostModel):
             mine = records[:, cols] if cols else np.zeros((records.shape[0], 0), np.float32)
             idx = [self.spec.store_columns.index(c) for c in m.spec.store_columns]
             out[k] = m.predict_arrays(mine, stores[:, idx] if idx else None, offsets if idx else None)
-        return self.combine(out, self.convolution_rows(lambda c: records[:, self.spec.columns.index(c)]))
+        return self.combine(out, self.convolutions(dict(zip(self.spec.columns, records.T))))
 
     def native(self):
         return None
@@ -157,10 +152,11 @@ def _convolution_weights(given: dict | None, members: dict, who: str) -> dict[st
     return conv
 
 
-def _union(spec: FeatureSpec, specs: list[FeatureSpec]) -> FeatureSpec:
-    """The columns any member reads: the table's in its order, then those a member adds to
-    them (the task's context columns), so that MetaSchedule's candidates get them too."""
-    read = {c for s in specs for c in s.columns}
+def _union(spec: FeatureSpec, specs: list[FeatureSpec], extra: tuple[str, ...] = ()) -> FeatureSpec:
+    """The columns any member (or the ensemble itself: `extra`) reads: the table's in its
+    order, then those added to them (the task's context columns), so that MetaSchedule's
+    candidates get them too."""
+    read = {c for s in specs for c in s.columns} | set(extra)
     stores = {c for s in specs for c in s.store_columns}
-    cols = dict.fromkeys([c for c in spec.columns if c in read] + [c for s in specs for c in s.columns])
+    cols = dict.fromkeys([c for c in spec.columns if c in read] + [c for s in specs for c in s.columns] + list(extra))
     return FeatureSpec(spec.feature_set, list(cols), [c for c in spec.store_columns if c in stores], spec.target_kind)

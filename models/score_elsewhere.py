@@ -89,7 +89,7 @@ def score_runs(runs: pd.DataFrame, ws: Workspace, *, topk_min_records: int = 32,
         seed, name, table = int(run["tags.split_seed"] or 0), run["tags.model"], _table_for(tables[features], model)
         if members and isinstance(model, EnsembleModel):  # each member predicts once, the ensemble combines them
             parts = model.member_scores(table)
-            scored = [(name, model.combine(parts, model.convolutions_of(table)), model.calibrated),
+            scored = [(name, model.combine(parts, model.convolutions(table.frame)), model.calibrated),
                       *((f"{name}.{k}", s, model.members[k].calibrated) for k, s in parts.items())]
         else:
             scored = [(name, model.predict(table), model.calibrated)]

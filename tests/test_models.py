@@ -149,7 +149,7 @@ def test_convolution_tasks_get_the_ensembles_convolution_weights(tmp_path):
     assert is_conv.any() and not is_conv.all()
     want = np.where(is_conv, z["xgb_ps"], (z["xgb_ps"] + z["lgbm_ps_rank"]) / 2)
     np.testing.assert_allclose(ens.predict(test), want, rtol=1e-6, atol=1e-9)
-    np.testing.assert_array_equal(ens.convolutions_of(test), is_conv)
+    np.testing.assert_array_equal(ens.convolutions(test.frame), is_conv)
     ens.save(tmp_path / "m")
     again = registry.load(tmp_path / "m")
     assert again.convolution_weights == ens.convolution_weights
@@ -162,11 +162,11 @@ def test_convolution_tasks_get_the_ensembles_convolution_weights(tmp_path):
     np.testing.assert_allclose(portable.scores(records, test.stores, test.offsets), want, rtol=1e-5, atol=1e-6)
     # without the weights, the same members score every record alike
     plain = _model("ens_ps", [], tab.spec)
-    assert plain.convolution_weights is None and plain.convolutions_of(test) is None
+    assert plain.convolution_weights is None and plain.convolutions(test.frame) is None
     with pytest.raises(ValueError, match="not members"):
         _model("ens_ps", ["+model.convolution_weights.nothing=1"], tab.spec)
     with pytest.raises(ValueError, match="context columns"):  # a table without the task's context
-        ens.convolutions_of(additive_table())
+        ens.convolutions(additive_table().frame)
 
 
 def test_convreg_ensemble_is_the_fixed_one_with_convolutions_to_its_regression_member():
