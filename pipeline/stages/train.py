@@ -124,12 +124,19 @@ def _common_records(part_of: dict, tables: dict) -> dict:
     return {r: k for r, k in part_of.items() if r in common}
 
 
+# The info key naming the whole networks a part holds out (by_network splits).
+HELD_NETWORKS = {"test": "test_networks", "val": "val_networks"}
+
+
 def scored_members(members, split, part: str):
-    """The network memberships a part is scored with: for the test part of a by_network split,
-    only the held-out networks (a held-out task that a training network also calls counts in
-    the held-out network's score, not in a partial score of the training network)."""
-    held = split.info.get("test_networks")
-    if members is None or part != "test" or not held:
+    """The network memberships a part is scored with: for the test part of a by_network split
+    only the held-out networks, and for its validation part, where it validates on a whole
+    network (`split.val_unit=network`), only that network. A held-out task that other networks
+    also call counts in its held-out network's score, not in partial scores of the others (a
+    few shared tasks, each such partial network's top-1 would weigh as much as the whole one's
+    in the part's mean)."""
+    held = split.info.get(HELD_NETWORKS.get(part, ""))
+    if members is None or not held:
         return members
     return members[members["group"].isin(held)]
 
