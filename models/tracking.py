@@ -63,6 +63,7 @@ from mlflow.entities import Metric
 from omegaconf import DictConfig, OmegaConf
 
 from models import plots, pyfunc
+from models.metrics import GROUP_METRICS, RANDOM_METRICS
 from pipeline.core.errors import PipelineError
 from pipeline.core.locks import exclusive
 from pipeline.core.home import home
@@ -537,18 +538,49 @@ def split_of_run(run_id: str) -> dict:
         return {}
 
 
+def logged_table(run_id: str, name: str) -> pd.DataFrame | None:
+    """A table a run logged with mlflow.log_table (`name`, e.g. test_per_task.json); None
+    where the run has none (logged before such tables were)."""
+    try:
+        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name)
+    except mlflow.exceptions.MlflowException:
+        return None
+    table = json.loads(Path(path).read_text())  # mlflow.log_table's format: columns and data
+    return pd.DataFrame(table["data"], columns=table["columns"])
+
+
 def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
     """The per-task tables (`<part>_per_task.json`) of training runs, one frame with each
     run's id; empty when no run logged one."""
-    frames = []
-    for run_id in runs.get("run_id", pd.Series(dtype=str)):
-        try:
-            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=f"{part}_per_task.json")
-        except mlflow.exceptions.MlflowException:
-            continue  # a run logged before per-task tables: left out
-        table = json.loads(Path(path).read_text())  # mlflow.log_table's format: columns and data
-        frames.append(pd.DataFrame(table["data"], columns=table["columns"]).assign(run_id=run_id))
+    frames = [t.assign(run_id=run_id) for run_id in runs.get("run_id", pd.Series(dtype=str))
+              if (t := logged_table(run_id, f"{part}_per_task.json")) is not None]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def validation_on_own_networks(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with their validation metrics that are means over networks (top-k scores, a
+    random pick's) read from each run's `val_per_group.json` on its validation networks alone,
+    where its split validated on whole networks (`val_networks` in `params.split.info`). Runs
+    logged since a validation network is scored as a held-out one read the same; runs logged
+    before averaged it with partial networks (training networks that call a few of its tasks,
+    each weighing as much as the whole one) and read as the runs logged since."""
+    if runs.empty or "params.split.info" not in runs.columns:
+        return runs
+    runs = runs.copy()
+    cols = {m: f"metrics.val_{m}" for m in (*GROUP_METRICS, *RANDOM_METRICS)}
+    for i, (run_id, info) in enumerate(zip(runs["run_id"], runs["params.split.info"])):
+        try:
+            nets = json.loads(info).get("val_networks") or []
+        except (TypeError, ValueError, AttributeError):
+            continue
+        groups = logged_table(run_id, "val_per_group.json") if nets else None
+        if groups is None or not groups["group"].isin(nets).any():
+            continue
+        own = groups[groups["group"].isin(nets)]
+        for m, col in cols.items():
+            if col in runs.columns and m in own.columns:
+                runs.iloc[i, runs.columns.get_loc(col)] = float(np.nanmean(own[m].astype(float)))
+    return runs
 
 
 def log_evaluation(store: Store, *, tables: dict[str, pd.DataFrame], files: list[Path], params: dict,

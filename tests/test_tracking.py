@@ -269,3 +269,30 @@ def test_compare_sweep_over_splits(store, tmp_path):
     assert Path(out["report"]).name == "compare-within_task-lgbm-static.md" and out["runs"] == 1
     with pytest.raises(WorkspaceError, match="none of the .* training runs .* split=by_network"):
         run_stage("compare", [*over, "split=by_network"])
+
+
+def test_validation_on_own_networks_reads_a_run_logged_with_partial_networks(tmp_path):
+    """A run whose validation top-1 averaged its validation network with training networks
+    that call a few of its tasks reads, for stage=compare, as its validation network alone."""
+    from models import tracking
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = mlflow.create_experiment("old-runs", artifact_location=str(tmp_path / "mlruns"))
+    groups = pd.DataFrame({"group": ["netB", "netC"], "n_tasks": [2, 1], "n_tasks_topk": [2, 1],
+                           "top1_score": [0.6, 1.0], "top5_score": [0.8, 1.0],
+                           "random_top1_score": [0.2, 0.4], "random_top5_score": [0.5, 0.7]})
+    ids = []
+    for info in ({"val_unit": "network", "val_networks": ["netB"]}, {"val_unit": "tasks", "val_tasks": ["t2"]}):
+        with mlflow.start_run(experiment_id=exp) as run:
+            mlflow.log_param("split.info", json.dumps(info))
+            mlflow.log_metrics({"val_top1_score": 0.8, "val_top5_score": 0.9, "val_random_top1_score": 0.3,
+                                "val_pair_acc": 0.7})
+            mlflow.log_table(groups, "val_per_group.json")
+            ids.append(run.info.run_id)
+    runs = mlflow.search_runs(experiment_ids=[exp]).set_index("run_id", drop=False).loc[ids]
+    read = tracking.validation_on_own_networks(runs)
+    own, by_tasks = read.loc[ids[0]], read.loc[ids[1]]
+    assert (own["metrics.val_top1_score"], own["metrics.val_top5_score"], own["metrics.val_random_top1_score"]) == \
+        pytest.approx((0.6, 0.8, 0.2))
+    assert own["metrics.val_pair_acc"] == pytest.approx(0.7)  # a mean over tasks: no network in it
+    assert by_tasks["metrics.val_top1_score"] == pytest.approx(0.8)  # validated on tasks: as logged
+    assert runs.loc[ids[0], "metrics.val_top1_score"] == pytest.approx(0.8)  # the runs handed in stay as they were

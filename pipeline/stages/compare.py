@@ -410,6 +410,7 @@ def run(cfg) -> dict:
     select = store.best_metric
     every, state = read_runs(cfg, ws, store)
     runs, chosen, sel, what = select_runs(cfg, ws, every)
+    runs = tracking.validation_on_own_networks(runs)  # runs logged before it was so scored read alike
     table = comparison_table(runs)
     name, paths = report_name(cfg), report_paths(cfg, ws)
     shown, empty = with_values(table.drop(columns=["run_id", "start_time"]))
