@@ -557,22 +557,27 @@ def per_task_tables(runs: pd.DataFrame, part: str = "test") -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def validation_networks_of(split_info) -> list[str]:
+    """The whole networks a run validated on, from its `split.info` param (JSON); [] where it
+    validated on tasks or records, or logged no such param."""
+    try:
+        return list(json.loads(split_info).get("val_networks") or [])
+    except (TypeError, ValueError, AttributeError):
+        return []
+
+
 def validation_on_own_networks(runs: pd.DataFrame) -> pd.DataFrame:
     """`runs` with their validation metrics that are means over networks (top-k scores, a
-    random pick's) read from each run's `val_per_group.json` on its validation networks alone,
-    where its split validated on whole networks (`val_networks` in `params.split.info`). Runs
-    logged since a validation network is scored as a held-out one read the same; runs logged
-    before averaged it with partial networks (training networks that call a few of its tasks,
-    each weighing as much as the whole one) and read as the runs logged since."""
+    random pick's) taken from each run's `val_per_group.json` over its validation networks
+    alone, where it validated on whole networks. Runs logged before a validation network was
+    scored alone averaged it with the training networks that call a few of its tasks; read
+    this way, they compare with the runs logged since, which it leaves as they are."""
     if runs.empty or "params.split.info" not in runs.columns:
         return runs
     runs = runs.copy()
     cols = {m: f"metrics.val_{m}" for m in (*GROUP_METRICS, *RANDOM_METRICS)}
     for i, (run_id, info) in enumerate(zip(runs["run_id"], runs["params.split.info"])):
-        try:
-            nets = json.loads(info).get("val_networks") or []
-        except (TypeError, ValueError, AttributeError):
-            continue
+        nets = validation_networks_of(info)
         groups = logged_table(run_id, "val_per_group.json") if nets else None
         if groups is None or not groups["group"].isin(nets).any():
             continue

@@ -182,11 +182,7 @@ def validation_networks(runs: pd.DataFrame) -> dict[str, list[str]]:
         return {}
     out: dict[str, set] = {}
     for held, info in zip(runs["tags.heldout"], runs["params.split.info"]):
-        try:
-            nets = json.loads(info).get("val_networks") or []
-        except (TypeError, ValueError, AttributeError):
-            continue
-        out.setdefault(str(held), set()).update(nets)
+        out.setdefault(str(held), set()).update(tracking.validation_networks_of(info))
     return {held: sorted(nets) for held, nets in sorted(out.items()) if nets}
 
 
