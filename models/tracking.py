@@ -579,9 +579,9 @@ def validation_on_own_networks(runs: pd.DataFrame) -> pd.DataFrame:
     for i, (run_id, info) in enumerate(zip(runs["run_id"], runs["params.split.info"])):
         nets = validation_networks_of(info)
         groups = logged_table(run_id, "val_per_group.json") if nets else None
-        if groups is None or not groups["group"].isin(nets).any():
+        own = groups[groups["group"].isin(nets)] if groups is not None else None
+        if own is None or own.empty:
             continue
-        own = groups[groups["group"].isin(nets)]
         for m, col in cols.items():
             if col in runs.columns and m in own.columns:
                 runs.iloc[i, runs.columns.get_loc(col)] = float(np.nanmean(own[m].astype(float)))
