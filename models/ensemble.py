@@ -12,6 +12,12 @@ member reads them, per-store rows).
 window of their input (convolutions and average pools, by the task's context: `task.window`
 and `task.reduce_sum`, read from the workload's TIR, so the same in a dataset and in tuning):
 members that order such tasks worse than others can be left out there alone.
+
+`copies` trains a member several times, each copy with its own seed (`seed + 1000 * j`; the
+first copy is the member trained with the ensemble's own seed) and a share of the member's
+weight: a member whose training draws from its seed (LightGBM's row and feature bagging, the
+ranker's groups) is then the mean of a few draws instead of one, and its first pick of a task
+depends less on one draw. A member that draws nothing from its seed (`xgb_ps`) gains nothing.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from models import registry
 from models.base import CostModel, FeatureSpec
 
 CONVOLUTION_COLUMNS = ("task.window", "task.reduce_sum")  # a sum over a window of an input
+COPY_SEED_STEP = 1000  # copy j of a member trains with seed + COPY_SEED_STEP * j
 
 
 class EnsembleModel(CostModel):
     """Hyperparameters (conf/model/<name>.yaml): members (name -> model config), weights
     (name -> weight, default 1 each), convolution_weights (name -> weight on the records of
-    convolution tasks, default 0 each; none: `weights` everywhere)."""
+    convolution tasks, default 0 each; none: `weights` everywhere), copies (name -> how many
+    times the member is trained, each with its own seed, default 1)."""
 
     name = "ensemble"
     library = "ensemble"
@@ -39,18 +47,28 @@ class EnsembleModel(CostModel):
     calibrated = False
 
     def __init__(self, spec: FeatureSpec, *, name: str = "", members: dict | None = None,
-                 weights: dict | None = None, convolution_weights: dict | None = None, seed: int = 0,
-                 threads: int = 0):
+                 weights: dict | None = None, convolution_weights: dict | None = None,
+                 copies: dict | None = None, seed: int = 0, threads: int = 0):
         members = {str(k): OmegaConf.to_container(v, resolve=True) if isinstance(v, DictConfig) else dict(v)
                    for k, v in (members or {}).items()}
         if not members:
             raise ValueError(f"model {name or self.name}: members is empty; name at least one model config")
         weights = {k: float((weights or {}).get(k, 1.0)) for k in members}
         conv = _convolution_weights(convolution_weights, members, name or self.name)
-        parts = {k: registry.create(cfg, spec, seed=seed, threads=threads) for k, cfg in members.items()}
+        copies = _copies(copies, members, name or self.name)
+        if any(n > 1 for n in copies.values()):  # each copy a member of its own, with its share of the weight
+            drawn = {c: (k, j) for k in members for j, c in enumerate(copy_names(k, copies[k]))}
+            members = {c: members[k] for c, (k, _) in drawn.items()}
+            weights = {c: weights[k] / copies[k] for c, (k, _) in drawn.items()}
+            conv = conv and {c: conv[k] / copies[k] for c, (k, _) in drawn.items()}
+            seeds = {c: seed + COPY_SEED_STEP * j for c, (_, j) in drawn.items()}
+        else:
+            seeds = dict.fromkeys(members, seed)
+        parts = {k: registry.create(cfg, spec, seed=seeds[k], threads=threads) for k, cfg in members.items()}
         # the gate reads the task's context as a member with task_context reads it
         own = _union(spec, [m.spec for m in parts.values()], CONVOLUTION_COLUMNS if conv else ())
-        params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {})}
+        params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {}),
+                  **({"member_seeds": seeds} if len(set(seeds.values())) > 1 else {})}
         super().__init__(own, hyperparams=params, name=name, seed=seed, threads=threads)
         self.members = parts
         self.weights = weights
@@ -136,6 +154,24 @@ class EnsembleModel(CostModel):
         m.scale = {k: tuple(v) for k, v in json.loads((folder / "ensemble.json").read_text())["scale"].items()}
         m.info = meta.get("info", {})
         return m
+
+
+def copy_names(member: str, n: int) -> list[str]:
+    """The names of a member's `n` copies: the member's own, then `<member>_copy<j>`."""
+    return [member] + [f"{member}_copy{j}" for j in range(1, n)]
+
+
+def _copies(given: dict | None, members: dict, who: str) -> dict[str, int]:
+    """How many times each member is trained (1 where not named)."""
+    given = OmegaConf.to_container(given) if isinstance(given, DictConfig) else dict(given or {})
+    unknown = sorted(set(given) - set(members))
+    if unknown:
+        raise ValueError(f"model {who}: copies names {unknown}, not members; its members: {sorted(members)}")
+    copies = {k: given.get(k, 1) for k in members}
+    bad = {k: n for k, n in copies.items() if not isinstance(n, int) or isinstance(n, bool) or n < 1}
+    if bad:
+        raise ValueError(f"model {who}: copies {bad} must be whole numbers of at least 1 (1: the member once)")
+    return copies
 
 
 def _convolution_weights(given: dict | None, members: dict, who: str) -> dict[str, float] | None:

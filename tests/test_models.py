@@ -202,6 +202,40 @@ def test_long_ensemble_trains_its_rankers_twice_as_long():
         "lgbm_ps_rank4_task": 600, "lgbm_ps_rank4_roofbase1": 600, "xgb_ps": 100}
 
 
+def test_bagged_ensemble_trains_each_ranker_in_three_seeds(tmp_path):
+    """ens_ps_bag3_fixed is the fixed ensemble with each LambdaRank member trained three times
+    (seeds 0, 1000, 2000; the first copy is the fixed model's member), each copy weighing a
+    third of its member; the regression member once."""
+    from models import registry
+    from pipeline.config import compose
+
+    fixed, bag = (compose([f"model={n}"]).model for n in ("ens_ps_rank4_fixed", "ens_ps_bag3_fixed"))
+    assert bag.members == fixed.members
+    tab = per_store_feature_table()  # no task columns: the task member reads none here
+    short = ["model.members.lgbm_ps_rank4_task.task_context=false",
+             *(f"model.members.{k}.rounds_without_val=20" for k in fixed.members)]
+    ens, one = (_model(n, short, tab.spec) for n in ("ens_ps_bag3_fixed", "ens_ps_rank4_fixed"))
+    rankers = ("lgbm_ps_rank4_task", "lgbm_ps_rank4_roofbase1")
+    assert ens.weights == {**{f"{k}{c}": 1 / 3 for k in rankers for c in ("", "_copy1", "_copy2")}, "xgb_ps": 1.0}
+    assert {k: m.seed for k, m in ens.members.items()} == {
+        **{f"{k}{c}": s for k in rankers for c, s in (("", 0), ("_copy1", 1000), ("_copy2", 2000))}, "xgb_ps": 0}
+    ens.fit(tab, tab.take(np.arange(0)))
+    one.fit(tab, tab.take(np.arange(0)))
+    scores = ens.member_scores(tab)
+    for k in rankers:  # the first copy is the fixed model's member; the others are other draws
+        np.testing.assert_allclose(scores[k], one.members[k].predict(tab))
+        assert not np.allclose(scores[k], scores[f"{k}_copy1"]) and not np.allclose(scores[k], scores[f"{k}_copy2"])
+    z = {k: (s - s.mean()) / s.std() for k, s in scores.items()}
+    expected = (sum(z[k] for k in z if k != "xgb_ps") / 3 + z["xgb_ps"]) / 3
+    np.testing.assert_allclose(ens.predict(tab), expected, rtol=1e-6, atol=1e-9)
+    ens.save(tmp_path / "bag")
+    np.testing.assert_allclose(registry.load(tmp_path / "bag").predict(tab), ens.predict(tab), rtol=1e-6)
+    with pytest.raises(ValueError, match=r"copies names \['lgbm'\], not members"):
+        _model("ens_ps_bag3_fixed", ["+model.copies.lgbm=2"], tab.spec)
+    with pytest.raises(ValueError, match="whole numbers of at least 1"):
+        _model("ens_ps_bag3_fixed", ["model.copies.lgbm_ps_rank4_task=0"], tab.spec)
+
+
 def test_label_weight_and_early_stopping_metric():
     from models.metrics import STOP_METRICS
 
