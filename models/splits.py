@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 KINDS = ("within_task", "by_task", "by_network")
+HELD_NETWORKS = {"test": "test_networks", "val": "val_networks"}  # the info key of a part's whole networks
 
 
 class SplitError(ValueError):
@@ -47,6 +48,18 @@ class Split:
         """(kind, heldout, seed): runs with the same identity share train, val and test parts
         (on the same workspace), so only their metrics compare like with like."""
         return self.kind, self.heldout, int(self.seed)
+
+    def scored_members(self, members: pd.DataFrame | None, part: str) -> pd.DataFrame | None:
+        """The network memberships `part` is scored with: for the test part of a by_network
+        split only the held-out networks, and for its validation part, where it validates on a
+        whole network (`val_unit=network`), only that network. A held-out task that other
+        networks also call counts in its held-out network's score, not in partial scores of the
+        others (a few shared tasks, each such partial network's top-1 would weigh as much as the
+        whole one's in the part's mean)."""
+        held = self.info.get(HELD_NETWORKS.get(part, ""))
+        if members is None or not held:
+            return members
+        return members[members["group"].isin(held)]
 
 
 def training_only(split: Split, rows: np.ndarray, task_ids: np.ndarray, *,

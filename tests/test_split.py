@@ -212,3 +212,33 @@ def test_by_network_validates_on_a_whole_training_network_rotating_with_the_seed
     assert two.info["val_unit"] != "network"
     with pytest.raises(SplitError, match="split.val_unit"):
         make_split(df, "by_network", val_unit="records")
+
+
+def test_a_validation_network_is_scored_alone_as_a_held_out_one():
+    """A validation network's task that a training network also calls counts in the
+    validation network's top-1 only: not as a partial network of one task whose score would
+    weigh as much as the whole network's in the part's mean."""
+    # t0, t1: netA (held out); t2, t3: netB, t3 also called by netC; t4, t5: netC
+    members = pd.DataFrame({"task_id": ["t0", "t1", "t2", "t3", "t3", "t4", "t5"],
+                            "group": ["netA", "netA", "netB", "netB", "netC", "netC", "netC"], "weight": 1.0})
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame([{"task_id": f"t{t}", "record_id": f"t{t}r{i}", "network": "", "mean_s": float(m)}
+                          for t in range(6) for i, m in enumerate(rng.uniform(1, 2, 10))])
+    frame["label"] = frame.groupby("task_id")["mean_s"].transform("min") / frame["mean_s"]
+    # seed 0 validates on the first training network in name order
+    split = make_split(frame, "by_network", seed=0, test_networks=["netA"], members=members, val_unit="network")
+    assert split.info["val_networks"] == ["netB"]
+    val = frame.iloc[split.val]
+    assert set(val["task_id"]) == {"t2", "t3"}
+    # a model that picks t2's best record and t3's worst: netB's top-1 is what it got on both
+    scores = np.where(val["task_id"] == "t2", val["label"], -val["label"])
+    everyone = M.evaluate(val, scores, members=members)
+    alone = M.evaluate(val, scores, members=split.scored_members(members, "val"))
+    assert set(everyone.per_group["group"]) == {"netB", "netC"}  # netC: t3 alone, a partial network
+    assert list(alone.per_group["group"]) == ["netB"]
+    net_b = everyone.per_group.set_index("group").loc["netB", "top1_score"]
+    assert alone.summary["top1_score"] == pytest.approx(net_b) != pytest.approx(everyone.summary["top1_score"])
+    assert split.scored_members(members, "test")["group"].unique().tolist() == ["netA"]
+    # a split that validates on tasks names no validation network: every membership scores
+    by_tasks = make_split(frame, "by_network", seed=0, test_networks=["netA"], members=members)
+    assert by_tasks.scored_members(members, "val") is members

@@ -99,7 +99,7 @@ def train_one(cfg, ws, store: tracking.Store, mcfg: dict, table, split, fcfg: di
         if len(parts[k]):
             scores = model.predict(parts[k])
             evals[k] = evaluate(parts[k].frame, scores, calibrated=model.calibrated, seed=seed,
-                                members=scored_members(table.members, split, k),
+                                members=split.scored_members(table.members, k),
                                 topk_min_records=int(cfg.train.topk_min_records))
             preds[k] = (parts[k].frame, scores)
     timing = {"train_seconds": train_s, "predict_per_s": predict_rate(model, parts["test"], int(cfg.train.predict_batch)),
@@ -122,23 +122,6 @@ def _common_records(part_of: dict, tables: dict) -> dict:
         log.info("train.same_records: %d measured records lack a feature set of %s and are left out of every set",
                  left, ", ".join(tables))
     return {r: k for r, k in part_of.items() if r in common}
-
-
-# The info key naming the whole networks a part holds out (by_network splits).
-HELD_NETWORKS = {"test": "test_networks", "val": "val_networks"}
-
-
-def scored_members(members, split, part: str):
-    """The network memberships a part is scored with: for the test part of a by_network split
-    only the held-out networks, and for its validation part, where it validates on a whole
-    network (`split.val_unit=network`), only that network. A held-out task that other networks
-    also call counts in its held-out network's score, not in partial scores of the others (a
-    few shared tasks, each such partial network's top-1 would weigh as much as the whole one's
-    in the part's mean)."""
-    held = split.info.get(HELD_NETWORKS.get(part, ""))
-    if members is None or not held:
-        return members
-    return members[members["group"].isin(held)]
 
 
 def run(cfg) -> dict:
