@@ -71,6 +71,17 @@ def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldou
     return {"columns": list(CARD_METRICS.values()), "rows": rows, "caption": caption}
 
 
+def run_metrics(runs: pd.DataFrame, run) -> dict[str, float]:
+    """The run's validation and test metrics, as `runs` (the workspace's runs, read by
+    `tracking.validation_on_own_networks`) has them where it holds the run, else as logged."""
+    logged = {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))}
+    row = runs[runs["run_id"] == run.info.run_id] if "run_id" in runs else runs.iloc[:0]
+    if row.empty:
+        return logged
+    read = {k: row.iloc[0].get(f"metrics.{k}") for k in logged}
+    return {k: float(read[k]) if read[k] is not None and np.isfinite(read[k]) else v for k, v in logged.items()}
+
+
 def model_release_name(training: str, model: str, features: str, heldout: str) -> str:
     held = f"without-{heldout.replace('+', '-')}" if heldout else "all"
     feats = "" if features == "static" else f"-{features}"
@@ -87,7 +98,8 @@ def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: 
     # a workspace grown by kept tuning runs names them: its models are not the release's alone
     grown = R.workspace_tuning_networks(ws.root)
     training = (origin.get("name") or ws.name) + (f"-tuning-{'-'.join(grown)}" if grown else "")
-    runs = tracking.workspace_runs(store)
+    # validation figures over each run's validation networks alone, as stage=compare reads them
+    runs = tracking.validation_on_own_networks(tracking.workspace_runs(store))
     names = []
     for uri in uris:
         run_id = tracking.uri_run(uri)[0]
@@ -112,7 +124,7 @@ def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: 
                                         - set(split.get("test_tasks") or [])),
                 "run_id": run.info.run_id, "uri": uri,
                 "hardware": (origin.get("hardware") or R.hardware_of(ws.read("measurements")))["hardware"],
-                "metrics": {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))},
+                "metrics": run_metrics(runs, run),
                 "evaluation": evaluation(runs, model, features, split.get("kind", ""), heldout),
                 "versions": R.versions(), "licence": licence}
         with tempfile.TemporaryDirectory() as tmp:

@@ -377,6 +377,43 @@ def test_a_release_is_written_whole_or_not_at_all(collected_workspace, tmp_path,
     assert list(tmp_path.iterdir()) == []  # no release, no staging folder left
 
 
+def test_a_trained_model_is_released_with_its_card_and_loads_by_name(collected_workspace, tmp_path):
+    """stage=release release.models: the run's MLflow model, its split's held-out tasks, its
+    own metrics and MetaSchedule's XGBModel on the same parts in the card; loaded by name
+    (verified against its manifest), it excludes its held-out tasks from online refits, and
+    its MLflow model scores as the run's does."""
+    import mlflow
+
+    from pipeline.tuning.cost_model import PipelineCostModel
+
+    root, over = collected_workspace
+    over = [*over, f"mlflow.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", "split=by_task",
+            "train.topk_min_records=2", f"paths.releases={tmp_path / 'rel'}"]
+    run_stage("train", [*over, "model=all", "train.models=[lgbm,ms_xgb]", "features=static"])
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    runs = mlflow.search_runs(search_all_experiments=True, filter_string="tags.model = 'lgbm'")
+    run_id = runs["run_id"].iloc[0]
+    out = run_stage("release", [*over, "release.dataset=false", f"release.models=[runs:/{run_id}/model]"])
+    assert out["models"] == 1
+    folder = tmp_path / "rel" / out["model_releases"]
+    manifest = R.verify(folder, kind="model")
+    assert manifest["model"] == "lgbm" and manifest["run_id"] == run_id and manifest["split"] == "by_task"
+    assert manifest["test_tasks"] and not set(manifest["test_tasks"]) & set(manifest["trained_tasks"])
+    assert manifest["metrics"]["test_top1_score"] == pytest.approx(runs["metrics.test_top1_score"].iloc[0])
+    card = (folder / "MODEL.md").read_text()
+    assert "| `lgbm` (1 seed) |" in card and "| `ms_xgb` (1 seed) |" in card and "| random pick" in card
+    model = PipelineCostModel.from_pretrained(out["model_releases"], search=[tmp_path / "rel"])
+    assert list(model.exclude_tasks) == manifest["test_tasks"]  # an online refit never learns them
+    from models.pyfunc import stored_names
+
+    table = build_table(Workspace(root), "static")
+    frame = table.frame.rename(columns=stored_names(table))  # the columns as the stored tables name them
+    logged = mlflow.pyfunc.load_model(f"runs:/{run_id}/model").predict(frame)
+    assert len(logged) == len(frame)
+    released = mlflow.pyfunc.load_model(str(folder / "model")).predict(frame)
+    assert released["score"].tolist() == pytest.approx(logged["score"].tolist())
+
+
 def test_hardware_slug():
     assert R.hardware_slug({"cpu_model": "AMD EPYC", "cpu_count": 2}) == "epyc2"
     assert R.hardware_slug({"cpu_model": "Intel(R) Xeon(R) Platinum 8375C CPU @ 2.90GHz", "cpu_count": 8}) == "xeon8"
