@@ -56,23 +56,16 @@ class EnsembleModel(CostModel):
         weights = {k: float((weights or {}).get(k, 1.0)) for k in members}
         conv = _convolution_weights(convolution_weights, members, name or self.name)
         copies = _copies(copies, members, name or self.name)
-        if any(n > 1 for n in copies.values()):  # each copy a member of its own, with its share of the weight
-            drawn = {c: (k, j) for k in members for j, c in enumerate(copy_names(k, copies[k]))}
-            members = {c: members[k] for c, (k, _) in drawn.items()}
-            weights = {c: weights[k] / copies[k] for c, (k, _) in drawn.items()}
-            conv = conv and {c: conv[k] / copies[k] for c, (k, _) in drawn.items()}
-            seeds = {c: seed + COPY_SEED_STEP * j for c, (_, j) in drawn.items()}
-        else:
-            seeds = dict.fromkeys(members, seed)
-        parts = {k: registry.create(cfg, spec, seed=seeds[k], threads=threads) for k, cfg in members.items()}
+        params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {}),
+                  **({"copies": copies} if any(n > 1 for n in copies.values()) else {})}
+        drawn = _drawn(params)
+        parts = {c: registry.create(members[k], spec, seed=seed + COPY_SEED_STEP * j, threads=threads)
+                 for c, (k, j) in drawn.items()}
         # the gate reads the task's context as a member with task_context reads it
         own = _union(spec, [m.spec for m in parts.values()], CONVOLUTION_COLUMNS if conv else ())
-        params = {"members": members, "weights": weights, **({"convolution_weights": conv} if conv else {}),
-                  **({"member_seeds": seeds} if len(set(seeds.values())) > 1 else {})}
         super().__init__(own, hyperparams=params, name=name, seed=seed, threads=threads)
         self.members = parts
-        self.weights = weights
-        self.convolution_weights = conv
+        self.weights, self.convolution_weights = _drawn_weights(params, drawn)
         self.scale: dict[str, tuple[float, float]] = {}
 
     def fit(self, train, val) -> dict:
@@ -148,17 +141,29 @@ class EnsembleModel(CostModel):
         spec = FeatureSpec.from_json((folder / "features.json").read_text())
         m = cls.__new__(cls)
         CostModel.__init__(m, spec, hyperparams=meta["params"], name=meta["name"], seed=meta["seed"])
-        m.members = {k: registry.load(folder / "members" / k) for k in meta["params"]["members"]}
-        m.weights = meta["params"]["weights"]
-        m.convolution_weights = meta["params"].get("convolution_weights")
+        drawn = _drawn(meta["params"])
+        m.members = {c: registry.load(folder / "members" / c) for c in drawn}
+        m.weights, m.convolution_weights = _drawn_weights(meta["params"], drawn)
         m.scale = {k: tuple(v) for k, v in json.loads((folder / "ensemble.json").read_text())["scale"].items()}
         m.info = meta.get("info", {})
         return m
 
 
-def copy_names(member: str, n: int) -> list[str]:
-    """The names of a member's `n` copies: the member's own, then `<member>_copy<j>`."""
-    return [member] + [f"{member}_copy{j}" for j in range(1, n)]
+def _drawn(params: dict) -> dict[str, tuple[str, int]]:
+    """Each trained member's name -> (its member, which copy): a member's copies are named
+    the member's own name, then `<member>_copy<j>`."""
+    copies = params.get("copies") or {}
+    return {(k if j == 0 else f"{k}_copy{j}"): (k, j) for k in params["members"] for j in range(copies.get(k, 1))}
+
+
+def _drawn_weights(params: dict, drawn: dict) -> tuple[dict[str, float], dict[str, float] | None]:
+    """The weights (and convolution weights) of the trained members: a member's own, shared
+    by its copies."""
+    copies = params.get("copies") or {}
+    share = {c: 1.0 / copies.get(k, 1) for c, (k, _) in drawn.items()}
+    conv = params.get("convolution_weights")
+    return ({c: params["weights"][k] * share[c] for c, (k, _) in drawn.items()},
+            conv and {c: conv[k] * share[c] for c, (k, _) in drawn.items()})
 
 
 def _copies(given: dict | None, members: dict, who: str) -> dict[str, int]:

@@ -219,6 +219,9 @@ def test_bagged_ensemble_trains_each_ranker_in_three_seeds(tmp_path):
     assert ens.weights == {**{f"{k}{c}": 1 / 3 for k in rankers for c in ("", "_copy1", "_copy2")}, "xgb_ps": 1.0}
     assert {k: m.seed for k, m in ens.members.items()} == {
         **{f"{k}{c}": s for k in rankers for c, s in (("", 0), ("_copy1", 1000), ("_copy2", 2000))}, "xgb_ps": 0}
+    again = ens.clone()  # as a tuning session refits it: the same copies and seeds
+    assert {k: m.seed for k, m in again.members.items()} == {k: m.seed for k, m in ens.members.items()}
+    assert again.weights == ens.weights
     ens.fit(tab, tab.take(np.arange(0)))
     one.fit(tab, tab.take(np.arange(0)))
     scores = ens.member_scores(tab)
