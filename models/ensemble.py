@@ -166,13 +166,19 @@ def _drawn_weights(params: dict, drawn: dict) -> tuple[dict[str, float], dict[st
             conv and {c: conv[k] * share[c] for c, (k, _) in drawn.items()})
 
 
-def _copies(given: dict | None, members: dict, who: str) -> dict[str, int]:
-    """How many times each member is trained (1 where not named)."""
+def _per_member(given, members: dict, who: str, option: str, default):
+    """`option`'s value for every member (`default` where not named); refuses names that are
+    not members."""
     given = OmegaConf.to_container(given) if isinstance(given, DictConfig) else dict(given or {})
     unknown = sorted(set(given) - set(members))
     if unknown:
-        raise ValueError(f"model {who}: copies names {unknown}, not members; its members: {sorted(members)}")
-    copies = {k: given.get(k, 1) for k in members}
+        raise ValueError(f"model {who}: {option} names {unknown}, not members; its members: {sorted(members)}")
+    return {k: given.get(k, default) for k in members}
+
+
+def _copies(given: dict | None, members: dict, who: str) -> dict[str, int]:
+    """How many times each member is trained (1 where not named)."""
+    copies = _per_member(given, members, who, "copies", 1)
     bad = {k: n for k, n in copies.items() if not isinstance(n, int) or isinstance(n, bool) or n < 1}
     if bad:
         raise ValueError(f"model {who}: copies {bad} must be whole numbers of at least 1 (1: the member once)")
@@ -183,10 +189,7 @@ def _convolution_weights(given: dict | None, members: dict, who: str) -> dict[st
     """Every member's weight on convolution records (0 where not named), or None."""
     if not given:
         return None
-    unknown = sorted(set(given) - set(members))
-    if unknown:
-        raise ValueError(f"model {who}: convolution_weights names {unknown}, not members; its members: {sorted(members)}")
-    conv = {k: float(given.get(k, 0.0)) for k in members}
+    conv = {k: float(w) for k, w in _per_member(given, members, who, "convolution_weights", 0.0).items()}
     if sum(conv.values()) <= 0:
         raise ValueError(f"model {who}: convolution_weights {conv} sum to {sum(conv.values())}; give a member a "
                          f"positive weight")
