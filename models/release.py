@@ -46,12 +46,14 @@ def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldou
     if runs.empty:
         return {}
     runs = tracking.with_split_tags(runs)
-    same = (runs["tags.split"] == split) & (runs["tags.heldout"] == heldout)
+    # validation figures over each run's validation networks alone, as stage=compare reads them
+    # (read for the runs of this split and held-out part only: one small table per run)
+    runs = tracking.validation_on_own_networks(runs[(runs["tags.split"] == split) & (runs["tags.heldout"] == heldout)])
     rows = []
     for name, feats in ((model, features), (BASELINE, "static")):
         if name == BASELINE and model == BASELINE:
             continue
-        mine = runs[same & (runs.get("tags.model") == name) & (runs.get("tags.features") == feats)]
+        mine = runs[(runs.get("tags.model") == name) & (runs.get("tags.features") == feats)]
         mine = mine.sort_values("start_time").drop_duplicates("tags.split_seed", keep="last")
         if mine.empty:
             continue
@@ -60,7 +62,7 @@ def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldou
             col = f"metrics.{key}"
             row[label] = _fmt(mine[col].tolist()) if col in mine else ""
         rows.append(row)
-    chance = runs[same].sort_values("start_time").drop_duplicates("tags.split_seed", keep="last")
+    chance = runs.sort_values("start_time").drop_duplicates("tags.split_seed", keep="last")
     if "metrics.test_random_top1_score" in chance and chance["metrics.test_random_top1_score"].notna().any():
         rows.append({"row": "random pick (exact expectation)",
                      "top-1": _fmt(chance["metrics.test_random_top1_score"].tolist()),
@@ -72,12 +74,13 @@ def evaluation(runs: pd.DataFrame, model: str, features: str, split: str, heldou
 
 
 def run_metrics(runs: pd.DataFrame, run) -> dict[str, float]:
-    """The run's validation and test metrics, as `runs` (the workspace's runs, read by
-    `tracking.validation_on_own_networks`) has them where it holds the run, else as logged."""
+    """The run's validation and test metrics, with its validation figures over its validation
+    networks alone (`tracking.validation_on_own_networks`) where `runs` holds the run."""
     logged = {k: v for k, v in run.data.metrics.items() if k.startswith(("val_", "test_"))}
     row = runs[runs["run_id"] == run.info.run_id] if "run_id" in runs else runs.iloc[:0]
     if row.empty:
         return logged
+    row = tracking.validation_on_own_networks(row)
     read = {k: row.iloc[0].get(f"metrics.{k}") for k in logged}
     return {k: float(read[k]) if read[k] is not None and np.isfinite(read[k]) else v for k, v in logged.items()}
 
@@ -98,8 +101,7 @@ def release_models(store: tracking.Store, ws: Workspace, uris: list[str], root: 
     # a workspace grown by kept tuning runs names them: its models are not the release's alone
     grown = R.workspace_tuning_networks(ws.root)
     training = (origin.get("name") or ws.name) + (f"-tuning-{'-'.join(grown)}" if grown else "")
-    # validation figures over each run's validation networks alone, as stage=compare reads them
-    runs = tracking.validation_on_own_networks(tracking.workspace_runs(store))
+    runs = tracking.workspace_runs(store)
     names = []
     for uri in uris:
         run_id = tracking.uri_run(uri)[0]
