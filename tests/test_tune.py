@@ -187,6 +187,24 @@ def test_network_tune_with_held_out_model(trained_store):
     assert sorted(whole["tags.cost_model"]) == ["ours", "ours_update", "untuned", "xgb"]
     assert (whole["metrics.e2e_latency_ms_min"] <= whole["metrics.e2e_latency_ms"]).all()
     assert (whole.loc[whole["tags.cost_model"] != "untuned", "metrics.speedup_vs_untuned"] > 0).all()
+    # the kept runs timed again end to end, interleaved: every network once per round
+    over_kept = [*over, *NETWORK, f"tune.model_uri={uri}", f"tune.results={kept}", "tune.retime.enabled=true"]
+    retimed = run_stage("tune", [*over_kept, "tune.retime.rounds=2", "tune.retime.min_repeat_ms=1"])
+    assert (retimed["runs"], retimed["rounds"], retimed["timings"]) == (6, 2, 2 * 7)
+    timings = pd.read_csv(reports / "tune-bert_encoder_retimed_timings.csv")
+    assert (timings.groupby("round")["run"].nunique() == 7).all() and (timings["e2e_ms"] > 0).all()
+    table = pd.read_csv(reports / "tune-bert_encoder_retimed.csv").set_index("cost_model")
+    assert list(table.index) == ["ours", "ours_update", "xgb", "untuned"] and (table["seeds"] == 2).all()
+    wide = timings.pivot_table(index="round", columns="run", values="e2e_ms")
+    logs = np.log(np.concatenate([wide[f"xgb-s{s}"] / wide[f"ours-s{s}"] for s in (0, 1)]))
+    assert table.loc["ours", "xgb/this"] == pytest.approx(np.exp(logs.mean()))
+    assert table.loc["ours", "lo"] <= table.loc["ours", "xgb/this"] <= table.loc["ours", "hi"]
+    text = Path(retimed["report"]).read_text()
+    assert "2 rounds" in text and f"{json.loads((kept.rglob('result.json').__next__()).read_text())['end_to_end']['e2e_latency_ms']:.3g}" in text
+    with pytest.raises(TuneError, match="no kept run at .*-s7"):
+        run_stage("tune", [*over_kept, "tune.seeds=[0,7]"])
+    with pytest.raises(TuneError, match="add xgb to tune.cost_models"):
+        run_stage("tune", [*over_kept, "tune.cost_models=[ours]"])
     # a model that saw a tuned task is refused before any tuning
     with pytest.raises(TuneError, match="was trained on 1 of the 1 tuned tasks"):
         run_stage("tune", [*over, *TINY, "tune.require_held_out=true", f"tune.model_uri={uri}"])
@@ -347,6 +365,34 @@ def test_paired_speedup_known_answers():
     assert p.loc["ours", "geomean_speedup_vs_xgb"] < p.loc["ours", "interval_hi"] <= 2.0 + 1e-9
     assert p.loc["random", "pairs"] == 2  # the pair without a finite speedup is left out
     assert p.loc["random", "interval_lo"] == pytest.approx(1.5) == p.loc["random", "interval_hi"]
+
+
+def test_retimed_runs_pair_by_round_and_seed_known_answers():
+    """Re-timed kept runs: the baseline's latency / each run's in the same round and seed,
+    the untuned network against every seed of the baseline, the interval over rounds."""
+    from pipeline.tuning.retime import paired, per_run
+
+    ms_ = {("xgb", 0): [100, 100, 100], ("xgb", 1): [100, 200, 100], ("ours_adapt", 0): [50, 50, 50],
+           ("ours_adapt", 1): [100, 100, 100], ("untuned", -1): [200, 200, 200]}
+    timings = pd.DataFrame([{"round": r, "position": 0, "run": f"{cm}-s{s}" if s >= 0 else cm, "cost_model": cm,
+                             "seed": s, "e2e_ms": float(v), "load_avg": 0.5}
+                            for (cm, s), values in ms_.items() for r, v in enumerate(values)])
+    p = paired(timings).set_index("cost_model")
+    assert list(p.index) == ["ours_adapt", "xgb", "untuned"]
+    # seed 0: 2, 2, 2; seed 1: 1, 2, 1; over the six pairs the geometric mean is 2 ** (4/6)
+    assert p.loc["ours_adapt", "xgb/this"] == pytest.approx(2 ** (4 / 6))
+    assert p.loc["ours_adapt", "per_seed"] == f"{2.0:.3f}, {2 ** (1 / 3):.3f}"
+    assert p.loc["ours_adapt", "seeds_faster"] == 2 and p.loc["ours_adapt", "reading"] == "faster"
+    # rounds resampled whole: from rounds 0 and 2 alone (2 ** (1/2)) to round 1 alone (2)
+    assert 2 ** 0.5 - 1e-9 <= p.loc["ours_adapt", "lo"] < p.loc["ours_adapt", "hi"] <= 2 + 1e-9
+    assert p.loc["xgb", "xgb/this"] == 1 and p.loc["xgb", "reading"] == "baseline"
+    # the untuned network pairs with both seeds: 1/2, 1/2, 1/2 and 1/2, 1, 1/2
+    assert p.loc["untuned", "xgb/this"] == pytest.approx(2 ** (-5 / 6)) and p.loc["untuned", "reading"] == "slower"
+    assert p.loc["untuned", "seeds"] == 2 and p.loc["ours_adapt", "rounds"] == 3
+    runs = per_run(timings, {"xgb-s1": 123.0}).set_index("run")
+    assert list(runs.index) == ["ours_adapt-s0", "ours_adapt-s1", "xgb-s0", "xgb-s1", "untuned"]
+    assert (runs.loc["xgb-s1", "e2e_ms_median"], runs.loc["xgb-s1", "e2e_ms_max"]) == (100, 200)
+    assert runs.loc["xgb-s1", "kept_ms"] == 123.0 and np.isnan(runs.loc["xgb-s0", "kept_ms"])
 
 
 def test_budget_table_known_answers():

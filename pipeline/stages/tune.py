@@ -12,7 +12,7 @@ model) and, when the budget is below XGBModel's warm-up, that it is not a compar
 Outputs: <workspace>/tune/<settings>/ (MetaSchedule work dirs and databases, and each
 finished run's result.json: the same command after an interruption tunes only what is
 missing; force=true tunes everything again; <settings> is a digest of the tune options
-but seeds, cost models, the results folder, the replay and those of the pipeline's model,
+but seeds, cost models, the results folder, the replay, the re-timing and those of the pipeline's model,
 the target and the tasks; the
 runs of `ours` kinds are in folders named with a digest of the loaded model and its options,
 so MetaSchedule's own runs are reused whatever model `ours` is). With `tune.results`, each
@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,6 +45,7 @@ from pipeline.tuning import TuneError
 from pipeline.tuning import comparison
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning import report as tuning_report
+from pipeline.tuning import retime as kept_retime
 from pipeline.tuning import session_replay
 from pipeline.tuning import tasks as tuning_tasks
 from pipeline.tuning.comparison import Network
@@ -108,7 +110,7 @@ def plan(cfg, ws: Workspace, kinds: list[str]) -> Plan:
     # what decides MetaSchedule's own runs (not where they are kept, nor a replay of them); the
     # model of `ours` and its settings name its folders
     settings = {k: v for k, v in options.items()
-                if k not in ("seeds", "cost_models", "results", "replay", *OURS_OPTIONS)}
+                if k not in ("seeds", "cost_models", "results", "replay", "retime", *OURS_OPTIONS)}
     info = p.ours.info if p.ours is not None else {}
     key = _digest([settings, str(target), [x.name for x in p.tasks]])
     # an `ours` kind's runs are named by the model and the settings that kind reads, so a
@@ -166,6 +168,8 @@ def run(cfg) -> dict:
 
     if bool(t.replay.enabled):
         return replay(cfg, ws, p)
+    if bool(t.retime.enabled):
+        return retime(cfg, ws, p)
     result = tune(cfg, p, finished)
     hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
     if len(hosts) > 1:
@@ -224,6 +228,39 @@ def replay(cfg, ws: Workspace, p: Plan) -> dict:
     print("\n" + text)
     return {"runs": len(sessions), "tasks": len(p.tasks), "kinds": len(p.kinds), "rows": len(rows),
             "report": str(path)}
+
+
+def retime(cfg, ws: Workspace, p: Plan) -> dict:
+    """`tune.retime.enabled=true`: the network of every kept run of this comparison (each kind
+    of `tune.cost_models`, each seed) timed again end to end, interleaved over
+    `tune.retime.rounds` rounds (pipeline/tuning/retime.py)."""
+    t, network = cfg.tune, p.items[0]
+    if not isinstance(network, Network):
+        raise TuneError(f"tune.retime times a network end to end; tune.tasks={t.tasks} is not a network: name one, "
+                        f"e.g. tune.tasks=resnet18")
+    if p.results is None:
+        raise TuneError("tune.retime needs the kept runs of tune.results (budget=transfer sets it): set "
+                        "tune.results=<folder> to the folder the runs were kept in")
+    if tuning_kinds.BASELINE not in p.kinds:
+        raise TuneError(f"tune.retime pairs every run with {tuning_kinds.BASELINE}'s of the same seed: add "
+                        f"{tuning_kinds.BASELINE} to tune.cost_models={list(p.kinds)}")
+    runs = [kept_retime.KeptRun(kind, int(seed), p.results / comparison.run_folder(
+        network.name, p.labels.get(kind, kind), int(seed))) for kind in p.kinds for seed in t.seeds]
+    absent = [str(r.folder) for r in runs if not (r.folder / comparison.RESULT_FILE).exists()]
+    if absent:
+        raise TuneError(f"tune.retime: no kept run at {', '.join(absent)}: tune them first (the same command "
+                        f"without tune.retime.enabled), or name only the kept tune.cost_models and tune.seeds")
+    r = t.retime
+    evaluator = {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms)}
+    with tempfile.TemporaryDirectory() as scratch:
+        timings = kept_retime.retime(network, p.target, runs, rounds=int(r.rounds), evaluator=evaluator,
+                                     scratch=Path(scratch), seed=int(cfg.seed))
+    text, path = kept_retime.write_report(
+        timings, {run.name: run.kept_ms() for run in runs}, ws.root / "reports", prefix=f"tune-{network.name}_retimed",
+        heading=f"{ws.name}, {network.name}, the kept runs of {', '.join(p.kinds)}, seeds {list(t.seeds)}",
+        evaluator=evaluator, baseline=tuning_kinds.BASELINE, notes=p.notes)
+    print("\n" + text)
+    return {"runs": len(runs), "rounds": int(r.rounds), "timings": len(timings), "report": str(path)}
 
 
 def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None, run_id: str) -> dict:

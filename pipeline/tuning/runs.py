@@ -12,7 +12,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import tvm
 from tvm import relax
@@ -162,18 +162,29 @@ def tune_network_tasks(extracted: list, target, work_dir: str, *, cost_model, tr
     return recorder.trials, time.perf_counter() - t0, db
 
 
-def network_latency(db, mod, target, inputs: list, *, number: int = 3, repeat: int = 1,
-                    min_repeat_ms: int = 100) -> float:
-    """Mean seconds of one end-to-end call of the network compiled with the tuning database
-    (tasks without a record keep their default schedule), timed with the runner's evaluator
-    settings (number, repeat, min_repeat_ms)."""
+def network_timer(db, mod, target, inputs: list, *, number: int = 3, repeat: int = 1,
+                  min_repeat_ms: int = 100) -> Callable[[], float]:
+    """The network compiled once with the tuning database (tasks without a record keep their
+    default schedule) and called once; each call of the returned function times it again,
+    in mean seconds of one end-to-end call, with the runner's evaluator settings (number,
+    repeat, min_repeat_ms)."""
     ex = ms.relax_integration.compile_relax(db, mod, target, None)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     vm["main"](*args)  # warm-up
     timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return float(timer(*args).mean)
+
+    def time_once(vm=vm) -> float:  # holds the VM (and its executable) as long as the timer lives
+        return float(timer(*args).mean)
+
+    return time_once
+
+
+def network_latency(db, mod, target, inputs: list, **evaluator) -> float:
+    """Mean seconds of one end-to-end call of the network compiled with the tuning database,
+    timed once (`network_timer`'s evaluator settings)."""
+    return network_timer(db, mod, target, inputs, **evaluator)()
 
 
 # Set by a Ctrl-C (SIGINT) while runs are tuned here. A KeyboardInterrupt raised at any
