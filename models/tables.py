@@ -120,10 +120,20 @@ UNRECORDED = "unrecorded (measured before the hardware was recorded)"
 
 
 def hardware_of(meas: pd.DataFrame) -> pd.Series:
-    """Each measurement's hardware identity (`hardware`; UNRECORDED where it is null)."""
+    """Each measurement's hardware identity: `hardware` (UNRECORDED where it is null), and
+    where CPU rows of one `hardware` carry two CPU signatures (one model name, two CPUs),
+    each signature's rows as a machine of their own. A row without a signature (written
+    before it was recorded) stays with its `hardware`: it may be either. A GPU's rows are
+    the GPU's, whatever CPU hosted it."""
     if "hardware" not in meas.columns:
         return pd.Series(UNRECORDED, index=meas.index)
-    return meas["hardware"].astype(object).where(meas["hardware"].notna(), UNRECORDED)
+    hw = meas["hardware"].astype(object).where(meas["hardware"].notna(), UNRECORDED)
+    if "cpu_signature" not in meas.columns:
+        return hw
+    sig = meas["cpu_signature"].astype(object)
+    known = sig.notna() & (meas["gpu_name"].isna() if "gpu_name" in meas.columns else True)
+    several = known & hw.map(sig[known].groupby(hw[known]).nunique()).fillna(0).gt(1)
+    return hw.where(~several, hw + " [" + sig.where(several, "").astype(str) + "]")
 
 
 def check_one_machine(ws: Workspace, meas: pd.DataFrame) -> None:

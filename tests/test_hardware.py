@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pandas as pd
 import pyarrow as pa
@@ -24,6 +25,7 @@ def test_measurements_and_profiles_say_where_they_were_taken(measured_workspace,
     meas = Workspace(measured_workspace[0]).read("measurements")
     ok = meas[meas["error"].isna()]
     assert len(ok) and (ok["hardware"] == here["hardware"]).all() and (ok["cpu_model"] == here["cpu_model"]).all()
+    assert (ok["cpu_signature"] == here["cpu_signature"]).all()
     assert (ok["cpu_count"] == os.cpu_count()).all() and ok["gpu_name"].isna().all() and ok["cache_flush"].all()
     assert ok["load_avg"].notna().all() and (ok["load_avg"] >= 0).all()
     counters = Workspace(collected_workspace[0]).read("cpu_counters", "cpu")
@@ -40,11 +42,12 @@ def test_a_kernel_timed_on_a_busy_host_is_told_apart():
     assert harness.load_average() is None or harness.load_average() >= 0
 
 
-def second_machine(ws: Workspace, hardware: str = OTHER, slower: float = 2.0) -> pd.DataFrame:
+def second_machine(ws: Workspace, hardware: str = OTHER, slower: float = 2.0, signature: str | None = None,
+                   ) -> pd.DataFrame:
     """The workspace's good measurements as another machine took them (every latency x `slower`)."""
     meas = ws.read("measurements")
     rows = meas[meas["error"].isna()].copy()
-    rows["hardware"], rows["cpu_count"] = hardware, 64
+    rows["hardware"], rows["cpu_count"], rows["cpu_signature"] = hardware, 64, signature
     for col in ("mean_s", "median_s", "min_s", "std_s"):
         rows[col] = rows[col] * slower
     rows["run_secs"] = rows["run_secs"].map(lambda xs: [x * slower for x in xs])
@@ -88,3 +91,51 @@ def test_rows_from_before_hardware_was_recorded_read_as_null(measured_workspace,
     second_machine(ws)
     with pytest.raises(MixedHardwareError, match="unrecorded"):
         labelled_records(ws)
+
+
+def test_the_cpu_signature_says_what_the_model_name_does_not():
+    here = harness.cpu_signature()
+    with open("/proc/cpuinfo") as f:
+        info = f.read()
+    if "vendor_id" in info and "cpu family" in info:
+        assert re.fullmatch(r"\S+ family \d+ model \d+ stepping \S+", here), here
+    assert harness.host_identity("cpu")["cpu_signature"] == here
+
+
+def test_two_cpus_under_one_model_name_are_two_machines(measured_workspace, tmp_path):
+    """A cloud VM's model name ("Intel(R) Xeon(R) Processor") can be two CPUs: rows of one
+    `hardware` with two CPU signatures are refused as two machines, labelled per machine when
+    asked, and a release of them is `mixed`; rows without a signature (written before it was
+    recorded) beside rows with one are not refused."""
+    from pipeline.core.release import hardware_of
+
+    root, _ = copy_workspace(*measured_workspace, tmp_path, "runner")
+    ws = Workspace(root)
+    here = harness.host_identity("cpu")
+    if here["cpu_signature"] is None:
+        pytest.skip("this host's /proc/cpuinfo gives no CPU signature")
+    mine = labelled_records(ws)
+    second_machine(ws, hardware=here["hardware"], signature=None)  # an unknown CPU: may be this one
+    assert set(labelled_records(ws)["hardware"]) == {here["hardware"]}
+    other = "GenuineIntel family 6 model 1 stepping 9"
+    second_machine(ws, hardware=here["hardware"], signature=other)
+    with pytest.raises(MixedHardwareError) as refused:
+        labelled_records(ws)
+    assert f"{here['hardware']} [{other}]" in str(refused.value)
+    both = labelled_records(ws, allow_mixed_hardware=True)
+    assert len(set(both["hardware"])) == 3 and (both.groupby(["task_id", "hardware"])["label"].max() == 1.0).all()
+    assert len(both[both["hardware"] == f"{here['hardware']} [{other}]"]) == len(mine)
+    hosts = hardware_of(ws.read("measurements"))
+    assert hosts["hardware"] == "mixed" and {h["cpu_signature"] for h in hosts["hosts"]} >= {other, None}
+
+
+def test_a_gpus_rows_are_one_machine_whatever_cpu_hosted_it():
+    from models.tables import hardware_of
+    from pipeline.core.release import hardware_of as release_hardware
+
+    cpu, gpu = "Intel(R) Xeon(R) Processor, 2 CPUs", "NVIDIA H200"
+    meas = pd.DataFrame({"hardware": [gpu, gpu, cpu, cpu, cpu], "gpu_name": [gpu, gpu, None, None, None],
+                         "cpu_signature": ["A", "B", "A", "B", None], "error": None})
+    assert list(hardware_of(meas)) == [gpu, gpu, f"{cpu} [A]", f"{cpu} [B]", cpu]
+    assert release_hardware(meas[:2])["hardware"] == gpu and release_hardware(meas[2:])["hardware"] == "mixed"
+    assert release_hardware(meas[2:3])["cpu_signature"] == "A"

@@ -119,15 +119,16 @@ def search_path(*first: Path) -> list[Path]:
 
 def hardware_of(meas) -> dict:
     """Where the successful rows of a measurements frame were timed: the host columns (one
-    machine; several are listed and named `mixed`)."""
+    machine; several, or one model name with two CPU signatures, are listed and named `mixed`)."""
     ok = meas[meas["error"].isna()] if "error" in meas else meas
-    cols = ["hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver"]
+    cols = [f.name for f in S.HOST]
     hosts = ok[[c for c in cols if c in ok]].drop_duplicates().astype(object)
     hosts = [{k: (int(v) if k == "cpu_count" else v) if v == v and v is not None else None for k, v in h.items()}
              for h in hosts.to_dict("records")]
     if not hosts:
         return {"hardware": None, "hosts": []}
-    if len({h.get("hardware") for h in hosts}) > 1:
+    cpus = {h.get("cpu_signature") for h in hosts if not h.get("gpu_name")} - {None}  # a GPU's host CPU aside
+    if len({h.get("hardware") for h in hosts}) > 1 or len(cpus) > 1:
         return {"hardware": "mixed", "hosts": hosts}
     return {**hosts[0], "hosts": hosts}
 

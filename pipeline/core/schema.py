@@ -72,11 +72,13 @@ KERNELS = _schema(
 # Where a kernel was measured or profiled, as the kernel harness detects it (every
 # measurement and profiler row; null in rows written before these columns existed).
 # `hardware` is the identity that label tables compare: the GPU's name on a GPU, the CPU
-# model and its logical CPU count on a CPU.
+# model and its logical CPU count on a CPU; two CPU signatures under one `hardware` are two
+# machines (models/tables.py).
 HOST = [
     pa.field("hardware", pa.string()),
     pa.field("cpu_model", pa.string()),  # /proc/cpuinfo's model name
     pa.field("cpu_count", pa.int64()),  # logical CPUs of the host
+    pa.field("cpu_signature", pa.string()),  # x86 vendor, family, model, stepping (Arm: implementer, part)
     pa.field("gpu_name", pa.string()),  # null on a CPU target
     pa.field("gpu_driver", pa.string()),
 ]

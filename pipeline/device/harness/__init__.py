@@ -49,7 +49,7 @@ parent), so a supervisor killed even with SIGKILL leaves no kernel running behin
 from pathlib import Path
 
 from .events import EventTail, append_event, done_events, read_events
-from .host import (HOST_FIELDS, cpu_model, device_identity, host_identity, load_average, nvidia_smi_gpus,
+from .host import (HOST_FIELDS, cpu_model, cpu_signature, device_identity, host_identity, load_average, nvidia_smi_gpus,
                    settle, timed_busy, visible_gpu)
 from .instruments import (CUDA_ARCH_ENV, INSTRUMENT_OPTIONS, INSTRUMENTS, Kernel, Nvtx, Perf, PerfCounter, Timer,
                           check_outputs, cuda_device, load_kernel, nvcc_cubin, random_array, run_in_process,
@@ -64,7 +64,7 @@ HARNESS = Path(__file__).resolve().parent
 
 __all__ = [
     "HARNESS", "PACKAGE", "EventTail", "append_event", "done_events", "read_events",
-    "HOST_FIELDS", "cpu_model", "device_identity", "host_identity", "load_average", "nvidia_smi_gpus", "settle", "timed_busy",
+    "HOST_FIELDS", "cpu_model", "cpu_signature", "device_identity", "host_identity", "load_average", "nvidia_smi_gpus", "settle", "timed_busy",
     "visible_gpu", "CUDA_ARCH_ENV", "cuda_device", "nvcc_cubin", "use_cuda_compiler", "INSTRUMENT_OPTIONS", "INSTRUMENTS", "Kernel", "Nvtx", "Perf", "PerfCounter", "Timer",
     "check_outputs", "load_kernel", "random_array", "run_in_process", "seeded_inputs", "short_error",
     "EXIT_CONTEXT_LOST", "EXIT_ORPHANED", "EXIT_UNUSABLE", "STARTUP_S", "ChildExit", "child_env", "command",

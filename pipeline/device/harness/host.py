@@ -14,22 +14,41 @@ import time
 
 # The columns that say where a kernel ran, in every `done` event and every measurement and
 # profiler row. `hardware` is what the label tables compare: the GPU's name on a GPU, the
-# CPU model and its logical CPU count on a CPU.
-HOST_FIELDS = ("hardware", "cpu_model", "cpu_count", "gpu_name", "gpu_driver")
+# CPU model and its logical CPU count on a CPU; `cpu_signature` tells apart two CPUs that
+# share a model name (a cloud VM's "Intel(R) Xeon(R) Processor" is several).
+HOST_FIELDS = ("hardware", "cpu_model", "cpu_count", "cpu_signature", "gpu_name", "gpu_driver")
+
+
+def _cpuinfo() -> dict[str, str]:
+    """/proc/cpuinfo's fields (of its last processor; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", errors="replace") as f:
+            return {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+    except OSError:
+        return {}
 
 
 def cpu_model() -> str:
     """The CPU's model string (/proc/cpuinfo's `model name`, `Model` or `Hardware`), else
     what `platform` knows."""
-    try:
-        with open("/proc/cpuinfo", errors="replace") as f:
-            fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
-    except OSError:
-        fields = {}
+    fields = _cpuinfo()
     for key in ("model name", "Model", "Hardware", "cpu model"):
         if fields.get(key):
             return fields[key]
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def cpu_signature() -> str | None:
+    """The CPU's identity below its model name: an x86 CPU's vendor, family, model and
+    stepping (CPUID), an Arm core's implementer, part, variant and revision; None where
+    /proc/cpuinfo says neither."""
+    f = _cpuinfo()
+    if f.get("vendor_id") and f.get("cpu family") and f.get("model"):
+        return f"{f['vendor_id']} family {f['cpu family']} model {f['model']} stepping {f.get('stepping', '?')}"
+    if f.get("CPU implementer") and f.get("CPU part"):
+        return (f"implementer {f['CPU implementer']} part {f['CPU part']} variant {f.get('CPU variant', '?')} "
+                f"revision {f.get('CPU revision', '?')}")
+    return None
 
 
 def nvidia_smi_gpus() -> list[dict]:
@@ -63,7 +82,8 @@ def host_identity(device: str = "cpu", gpu_name: str | None = None, gpu_driver: 
     """Where kernels of `device` run on this host (HOST_FIELDS). On a GPU, the name CUDA
     gives device 0 (`gpu_name`, from the TVM device) wins over `nvidia-smi`'s; the driver is
     `nvidia-smi`'s (the same for every GPU of a host), else the TVM device's."""
-    out = dict(cpu_model=cpu_model(), cpu_count=os.cpu_count(), gpu_name=None, gpu_driver=None)
+    out = dict(cpu_model=cpu_model(), cpu_count=os.cpu_count(), cpu_signature=cpu_signature(), gpu_name=None,
+               gpu_driver=None)
     if device == "cuda":
         smi = visible_gpu(nvidia_smi_gpus()) or {}
         out.update(gpu_name=gpu_name or smi.get("name"), gpu_driver=smi.get("driver_version") or gpu_driver)
