@@ -167,6 +167,10 @@ class MSXGBModel(CostModel):
             f"results), from schedules: it cannot continue on a feature table")
 
     def predict(self, table) -> np.ndarray:
+        if self.ws is None and self._stored(table):
+            # no workspace to name the schedules (a loaded model scoring a tuning session's
+            # stored rows): the pack-sum of the booster over the rows, what XGBModel computes
+            return self.predict_arrays(None, table.stores, table.offsets)
         self._load_ws()
         out = np.zeros(len(table), dtype=np.float64)
         frame = table.frame.reset_index(drop=True)

@@ -13,6 +13,11 @@ window of their input (convolutions and average pools, by the task's context: `t
 and `task.reduce_sum`, read from the workload's TIR, so the same in a dataset and in tuning):
 members that order such tasks worse than others can be left out there alone.
 
+A member may be MetaSchedule's own XGBModel (`ms_xgb`, trained by its own `update` on the
+same records): it reads the workspace (`bind`) to train, and scores per-store rows as every
+pack-sum member does, so the ensemble tunes as any of them; it cannot be refit on a tuning
+session's records without its workspace (`tune.costmodel` union mode).
+
 `copies` trains a member several times, each copy with its own seed (`seed + 1000 * j`; the
 first copy is the member trained with the ensemble's own seed) and a share of the member's
 weight: a member whose training draws from its seed (LightGBM's row and feature bagging, the
@@ -67,6 +72,14 @@ class EnsembleModel(CostModel):
         self.members = parts
         self.weights, self.convolution_weights = _drawn_weights(params, drawn)
         self.scale: dict[str, tuple[float, float]] = {}
+
+    def bind(self, ws) -> "EnsembleModel":
+        """The workspace, for the members that read it (MetaSchedule's XGBModel, `ms_xgb`: the
+        schedules its records name); the others need none."""
+        for m in self.members.values():
+            if hasattr(m, "bind"):
+                m.bind(ws)
+        return self
 
     def fit(self, train, val) -> dict:
         info = {}

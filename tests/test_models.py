@@ -239,6 +239,41 @@ def test_bagged_ensemble_trains_each_ranker_in_three_seeds(tmp_path):
         _model("ens_ps_bag3_fixed", ["model.copies.lgbm_ps_rank4_task=0"], tab.spec)
 
 
+def test_ensemble_with_metaschedules_own_model_as_a_member(collected_workspace, tmp_path):
+    """ens_ps_msx_fixed: the fixed ensemble plus MetaSchedule's XGBModel, trained by its own
+    update on the workspace's records (the ensemble binds it to the workspace), a fourth
+    member weighing 1; after a save and load, without a workspace, it scores stored rows as
+    a tuning session's correction does, and per-store rows alone as tuning scores candidates."""
+    from models import registry
+    from models.tables import build_table
+    from pipeline.core.workspace import Workspace
+
+    ws = Workspace(collected_workspace[0])
+    tab = build_table(ws, "static")
+    short = [f"model.members.{k}.rounds_without_val=20" for k in ("lgbm_ps_rank4_task", "lgbm_ps_rank4_roofbase1",
+                                                                   "xgb_ps")]
+    ens = _model("ens_ps_msx_fixed", short, tab.spec)
+    assert ens.bind(ws) is ens and ens.members["ms_xgb"].ws is ws
+    assert ens.weights == {"lgbm_ps_rank4_task": 1.0, "lgbm_ps_rank4_roofbase1": 1.0, "xgb_ps": 1.0, "ms_xgb": 1.0}
+    none = tab.take(np.arange(0))
+    ens.fit(tab, none)
+    alone = _model("ms_xgb", [], tab.spec).bind(ws)
+    alone.fit(tab, none)
+    scores = ens.member_scores(tab)
+    np.testing.assert_allclose(scores["ms_xgb"], alone.predict(tab), rtol=1e-6)
+    z = {k: (s - s.mean()) / s.std() for k, s in scores.items()}
+    np.testing.assert_allclose(ens.predict(tab), sum(z.values()) / 4, rtol=1e-6, atol=1e-9)
+    by_record = dict(zip(tab.frame["record_id"], ens.predict(tab)))
+    ens.save(tmp_path / "msx")
+    loaded = registry.load(tmp_path / "msx")  # no workspace, as a tuning session's correction reads it
+    assert loaded.members["ms_xgb"].ws is None
+    np.testing.assert_allclose(loaded.predict(tab), ens.predict(tab), rtol=1e-5, atol=1e-6)
+    for model in (ens, loaded):  # per-store rows alone, as tuning scores candidates
+        got = model.predict_frame(tab.store_frame(list(model.spec.columns)))
+        assert len(got) > 0
+        np.testing.assert_allclose(got["score"], [by_record[r] for r in got["record_id"]], rtol=1e-5, atol=1e-6)
+
+
 def test_label_weight_and_early_stopping_metric():
     from models.metrics import STOP_METRICS
 
