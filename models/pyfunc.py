@@ -135,7 +135,7 @@ def ensemble_contract(model: CostModel, table, device: str) -> dict:
         if c["predictor"] not in ("trees", "pack_sum"):
             raise PortableModelError(f"ensemble {model.name!r}: member {k!r} ({m.name}) is no tree model; the "
                                      f"portable loader reads only boosters of {', '.join(pyfunc_model.BOOSTER_FILES)}")
-        members[k] = {**c, "file": f"members/{k}/{pyfunc_model.BOOSTER_FILES[m.library]}",
+        members[k] = {**c, "file": f"members/{k}/{pyfunc_model.BOOSTER_FILES[m.flavor]}",  # ms_xgb: xgboost's
                       "weight": float(model.weights[k]), "scale": [float(v) for v in model.scale[k]]}
         if model.convolution_weights is not None:
             members[k]["convolution_weight"] = float(model.convolution_weights[k])

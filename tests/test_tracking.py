@@ -128,19 +128,23 @@ def test_every_flavor_loads_without_the_project(store, tmp_path):
 def test_store_trees_and_ensemble_load_without_the_project(store, tmp_path):
     """Trees on per-store rows with a column of their record beside each store (pack-sum with
     context), with each store's roofline bound (computed by the roofline file shipped in the
-    model), and an ensemble of such models (no native flavor): outside the project, the
-    pyfunc scores the stored tables as the project's own model scores the training table."""
+    model), and ensembles of such models (no native flavor; one with MetaSchedule's XGBModel
+    a member): outside the project, the pyfunc scores the stored tables as the project's own
+    model scores the training table."""
     root, over, db = store
     name = f"{root.name}-store-models"  # an experiment of its own: the other tests see their runs only
-    run_stage("train", [*over, "features=static", "train.models=[lgbm_ps,ens_ps,lgbm_ps_rank4_roofbase]",
+    models = ("lgbm_ps", "ens_ps", "lgbm_ps_rank4_roofbase", "ens_ps_msx_fixed")  # the last with ms_xgb a member
+    run_stage("train", [*over, "features=static", f"train.models=[{','.join(models)}]",
                         "model.lgbm_ps.context=[n_stores]",
+                        # the task's context is computed from its TIR, in no stored table: left out here
+                        "model.ens_ps_msx_fixed.members.lgbm_ps_rank4_task.task_context=false",
                         f"mlflow.experiment={name}", f"mlflow.registered_model={name}"])
     runs = _runs(db, name).set_index("tags.model")
-    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in ("lgbm_ps", "ens_ps", "lgbm_ps_rank4_roofbase")}
+    uris = {m: runs.loc[m, "tags.pyfunc_model_uri"] for m in models}
     got = _load_outside(sys.executable, f"sqlite:///{db}", root, list(uris.values()), tmp_path)
     for m, uri in uris.items():
         row = got[uri]
-        assert row["input"] == "stores" and row["native"] == ("" if m == "ens_ps" else "lightgbm")
+        assert row["input"] == "stores" and row["native"] == ("" if m.startswith("ens_") else "lightgbm")
         ref = _reference(root, over, uri)
         scores = pd.Series(row["scores"], index=row["records"])
         assert set(scores.index) == set(ref.index), m
