@@ -201,6 +201,19 @@ def run(cfg) -> dict:
     return _outcome(p, result, report, trials, network, run_id)
 
 
+def _kept_runs(p: Plan, kinds: list[str], seeds, option: str) -> dict[tuple[str, int], Path]:
+    """The folders of the kept runs of `kinds` x `seeds` under `tune.results` (what `tune.<option>`
+    reads), refused with every one that is missing."""
+    folders = {(kind, int(seed)): p.results / comparison.run_folder(p.items[0].name, p.labels.get(kind, kind),
+                                                                      int(seed)) for kind in kinds for seed in seeds}
+    absent = [str(f) for f in folders.values() if not (f / comparison.RESULT_FILE).exists()]
+    if absent:
+        raise TuneError(f"tune.{option}: no kept run at {', '.join(absent)}: tune them first (the same command "
+                        f"without tune.{option}.enabled, tune.cost_models=[{','.join(kinds)}]), or name other "
+                        f"tune.seeds")
+    return folders
+
+
 def replay(cfg, ws: Workspace, p: Plan) -> dict:
     """`tune.replay.enabled=true`: the kept runs of kind `tune.replay.runs_of` (one per seed) of
     this comparison replayed through every kind of `tune.cost_models` (pipeline/tuning/session_replay.py)."""
@@ -210,12 +223,7 @@ def replay(cfg, ws: Workspace, p: Plan) -> dict:
                         "tune.results=<folder> to the folder the runs were kept in")
     names = {identity.task_id(x.mod): x.name for x in p.tasks}
     of = str(t.replay.runs_of)
-    folders = {f"{of}-s{seed}": p.results / comparison.run_folder(p.items[0].name, p.labels.get(of, of), int(seed))
-               for seed in t.seeds}
-    absent = [str(f) for f in folders.values() if not (f / comparison.RESULT_FILE).exists()]
-    if absent:
-        raise TuneError(f"tune.replay: no kept run at {', '.join(absent)}: tune them first (the same command "
-                        f"without tune.replay.enabled, tune.cost_models=[{of}]), or name other tune.seeds")
+    folders = {f"{of}-s{seed}": folder for (_, seed), folder in _kept_runs(p, [of], t.seeds, "replay").items()}
     sessions = {name: session_replay.load_session(folder, names) for name, folder in folders.items()}
     threads = int(cfg.jobs) or os.cpu_count() or 1
     make = comparison.cost_models(ours=p.ours, threads=threads, xgb_warmup=int(t.xgb_warmup))
@@ -244,12 +252,8 @@ def retime(cfg, ws: Workspace, p: Plan) -> dict:
     if tuning_kinds.BASELINE not in p.kinds:
         raise TuneError(f"tune.retime pairs every run with {tuning_kinds.BASELINE}'s of the same seed: add "
                         f"{tuning_kinds.BASELINE} to tune.cost_models={list(p.kinds)}")
-    runs = [kept_retime.KeptRun(kind, int(seed), p.results / comparison.run_folder(
-        network.name, p.labels.get(kind, kind), int(seed))) for kind in p.kinds for seed in t.seeds]
-    absent = [str(r.folder) for r in runs if not (r.folder / comparison.RESULT_FILE).exists()]
-    if absent:
-        raise TuneError(f"tune.retime: no kept run at {', '.join(absent)}: tune them first (the same command "
-                        f"without tune.retime.enabled), or name only the kept tune.cost_models and tune.seeds")
+    runs = [kept_retime.KeptRun(kind, seed, folder)
+            for (kind, seed), folder in _kept_runs(p, p.kinds, t.seeds, "retime").items()]
     r = t.retime
     evaluator = {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms)}
     with tempfile.TemporaryDirectory() as scratch:

@@ -26,7 +26,7 @@ import pandas as pd
 from tvm.s_tir import meta_schedule as ms
 
 from pipeline.tuning.comparison import RESULT_FILE, open_database
-from pipeline.tuning.report import ORDER, geomean_over_tasks, markdown
+from pipeline.tuning.report import _ordered, geomean_over_tasks, markdown
 from pipeline.tuning.runs import network_timer
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,8 @@ def per_run(timings: pd.DataFrame, kept: dict[str, float | None]) -> pd.DataFram
     g = timings.groupby(["run", "cost_model", "seed"], sort=False)["e2e_ms"]
     out = g.agg(e2e_ms_median="median", e2e_ms_min="min", e2e_ms_max="max").reset_index()
     out["kept_ms"] = out["run"].map(kept)
-    return out.assign(_rank=out["cost_model"].map(_kind_rank)).sort_values(["_rank", "seed"]).drop(
+    rank = {cm: i for i, cm in enumerate(_ordered(out["cost_model"]))}  # the reports' order; untuned last
+    return out.assign(_rank=out["cost_model"].map(rank)).sort_values(["_rank", "seed"]).drop(
         columns="_rank").reset_index(drop=True)
 
 
@@ -99,7 +100,7 @@ def paired(timings: pd.DataFrame, baseline: str = "xgb", level: float = 0.9, res
     base = {int(s): name for name, (cm, s) in runs.iterrows() if cm == baseline}
     rng = np.random.default_rng(seed)
     rows = []
-    for cm in sorted(runs["cost_model"].unique(), key=_kind_rank):
+    for cm in _ordered(runs["cost_model"]):
         mine = runs.index[runs["cost_model"] == cm]
         pairs = [(s, base[s], name) for name in mine for s in base
                  if cm == UNTUNED or int(runs.loc[name, "seed"]) == s]
@@ -140,7 +141,3 @@ def write_report(timings: pd.DataFrame, kept: dict[str, float | None], folder: P
     timings.to_csv(folder / f"{prefix}_timings.csv", index=False)
     return text, path
 
-
-def _kind_rank(kind: str) -> int:
-    """The reports' order of cost models, the untuned network last."""
-    return len(ORDER) + (kind == UNTUNED) if kind not in ORDER else ORDER.index(kind)
