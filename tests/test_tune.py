@@ -136,6 +136,15 @@ def test_network_tune_with_held_out_model(trained_store):
         assert len(records) == len(trials) == 4  # 2 tasks x 2 trials
         best = min(float(np.mean([float(x) for x in r.run_secs])) for r in records)
         assert best == pytest.approx(min(t["latency_s"] for t in trials))
+    # the network compiled with a kept run's database runs the schedules found for its tuned tasks,
+    # and no record applies to a function that was not tuned
+    from pipeline.tuning import tasks as tuning_tasks
+    from pipeline.tuning.runs import compile_with_database
+
+    choice = tuning_tasks.TaskChoice(tasks="bert_encoder", target={"kind": "llvm"}, bert_layers=1, bert_seq=16)
+    net, target = tuning_tasks.network(choice, "bert_encoder", 2)
+    _, replaced = compile_with_database(open_database(results[0].parent, root / "scratch" / "e2e"), net.mod, target)
+    assert replaced == sorted(t.name for t in net.tasks) and len(replaced) == 2
     assert out["trials"] == 2 * 2 * 3 * 2  # trials x tasks x cost models x seeds: the same for each
     reports = root / "reports"
     md = (reports / "tune-bert_encoder.md").read_text()
