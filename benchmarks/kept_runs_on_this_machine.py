@@ -9,10 +9,13 @@ tune.tasks=resnet18`; `tune.tasks` defaults to FOLDER's name). In one run, with 
 evaluator settings (`tune.runner.number`, `repeat`, `min_repeat_ms`), it times the untuned
 network and then the network compiled with each run's database, and prints per run its kept
 end-to-end latency, the one timed now and their ratio, and the untuned network now against
-the one timed beside the run (where the run kept it). The same schedules timed on the same
-kind of machine give ratios near 1; a machine that times them slower or faster gives that
-factor for every run, and runs kept from it compare with runs tuned here only as speedups
-over the untuned network (`speedup_vs_untuned` of the tuning report).
+the one timed beside the run (where the run kept it). The machine's figure is the untuned
+network's ratio, now / beside each run: the same program then and now, whereas a run kept
+before its records were applied at compile time kept the untuned network's latency as its own
+(docs/tuning.md, End-to-end figures taken before the records applied). The same kind of
+machine gives ratios near 1; a machine that times slower or faster gives that factor, and runs
+kept from it compare with runs tuned here only as speedups over the untuned network
+(`speedup_vs_untuned` of the tuning report).
 """
 
 from __future__ import annotations
@@ -75,12 +78,14 @@ def main() -> None:
             db = open_database(folder / name, Path(scratch) / name)
             now = network_latency(db, net.mod, target, net.inputs, **evaluator) * 1e3
             ratio = now / float(kept["e2e_latency_ms"])
-            ratios.append(ratio)
             beside = kept.get("untuned_ms")
+            if beside:
+                ratios.append(untuned / float(beside))
             print(f"{name:32s} {kept['e2e_latency_ms']:9.1f} {now:9.1f} {ratio:8.3f} "
                   f"{f'{beside:.1f}' if beside else 'not kept':>12s}")
     if ratios:
-        print(f"this machine / the kept runs' machine: x{np.median(ratios):.3f} (median over {len(ratios)} runs, "
+        print(f"this machine / the kept runs' machine, the untuned network: x{np.median(ratios):.3f} "
+              f"(now / beside each of {len(ratios)} runs, median, "
               f"range {min(ratios):.3f}-{max(ratios):.3f}); load average {os.getloadavg()[0]:.2f}")
 
 

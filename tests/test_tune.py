@@ -138,13 +138,26 @@ def test_network_tune_with_held_out_model(trained_store):
         assert best == pytest.approx(min(t["latency_s"] for t in trials))
     # the network compiled with a kept run's database runs the schedules found for its tuned tasks,
     # and no record applies to a function that was not tuned
+    from pipeline.config import compose
+    from pipeline.options import task_choice
     from pipeline.tuning import tasks as tuning_tasks
     from pipeline.tuning.runs import compile_with_database
 
-    choice = tuning_tasks.TaskChoice(tasks="bert_encoder", target={"kind": "llvm"}, bert_layers=1, bert_seq=16)
-    net, target = tuning_tasks.network(choice, "bert_encoder", 2)
+    net, target = tuning_tasks.network(task_choice(compose(["stage=tune", *over, *NETWORK])), "bert_encoder", 2)
     _, replaced = compile_with_database(open_database(results[0].parent, root / "scratch" / "e2e"), net.mod, target)
     assert replaced == sorted(t.name for t in net.tasks) and len(replaced) == 2
+    # a database tuned on another form of the network is refused, not timed as the untuned one
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    a = te.placeholder((4,), name="a")
+    elsewhere = tvm.IRModule({"main": te.create_prim_func([a, te.compute((4,), lambda i: a[i] + 1, name="b")])})
+    other = ms.database.MemoryDatabase()
+    for r in open_database(results[0].parent, root / "scratch" / "e2e-other").get_all_tuning_records():
+        other.commit_tuning_record(ms.database.TuningRecord(r.trace, other.commit_workload(elsewhere)))
+    with pytest.raises(RuntimeError, match="none of the 4 tuning records applies"):
+        compile_with_database(other, net.mod, target)
     assert out["trials"] == 2 * 2 * 3 * 2  # trials x tasks x cost models x seeds: the same for each
     reports = root / "reports"
     md = (reports / "tune-bert_encoder.md").read_text()

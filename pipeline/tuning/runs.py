@@ -168,14 +168,18 @@ def compile_with_database(db, mod, target) -> tuple[object, list[str]]:
     `compile_relax` legalizes and fuses the module again before it applies the database; on
     a network already fused that makes other functions, and none of the tuned tasks' records
     is found. So the database is applied here to the functions that were tuned, and the
-    module is only lowered after it."""
+    module is only lowered after it. A database with records of which none applies is
+    refused: the network built would be the untuned one."""
     with target, db, tvm.transform.PassContext(opt_level=3):
         applied = relax.transform.MetaScheduleApplyDatabase()(mod)
-        replaced = [gv.name_hint for gv, f in mod.functions.items()
-                    if not isinstance(f, relax.Function) and not applied[gv].same_as(f)]
-        # tvm.compile's own pipeline: lowers, and fuses nothing
+    replaced = sorted(gv.name_hint for gv, f in mod.functions.items()
+                      if not isinstance(f, relax.Function) and not applied[gv].same_as(f))
+    if len(db) and not replaced:
+        raise RuntimeError(f"none of the {len(db)} tuning records applies to the network's functions: the database "
+                           "was tuned on another form of the network (tasks from `extract_tasks` on the fused module)")
+    with target, tvm.transform.PassContext(opt_level=3):  # tvm.compile's pipeline: lowers, fuses nothing
         ex = relax.build(applied, target=target, relax_pipeline=relax.pipeline.default_build_pipeline())
-    return ex, sorted(replaced)
+    return ex, replaced
 
 
 def network_timer(db, mod, target, inputs: list, *, number: int = 3, repeat: int = 1,
@@ -183,12 +187,8 @@ def network_timer(db, mod, target, inputs: list, *, number: int = 3, repeat: int
     """The network compiled once with the tuning database (tasks without a record keep their
     default schedule) and called once; each call of the returned function times it again,
     in mean seconds of one end-to-end call, with the runner's evaluator settings (number,
-    repeat, min_repeat_ms). A database with records of which none applies is refused: its
-    timing would be the untuned network's."""
-    ex, replaced = compile_with_database(db, mod, target)
-    if len(db) and not replaced:
-        raise RuntimeError(f"none of the {len(db)} tuning records applies to the network's functions: the database "
-                           "was tuned on another form of the network (tasks from `extract_tasks` on the fused module)")
+    repeat, min_repeat_ms)."""
+    ex, _ = compile_with_database(db, mod, target)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
