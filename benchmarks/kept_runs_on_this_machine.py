@@ -46,7 +46,8 @@ def main() -> None:
     from pipeline.config import compose
     from pipeline.options import task_choice
     from pipeline.tuning import tasks as tuning_tasks
-    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, network_latency, open_database
+    from pipeline.tuning.comparison import (DATABASE_FILES, RESULT_FILE, network_latency, open_database,
+                                           readable_end_to_end)
 
     folder = args.folder
     if not folder.is_dir():
@@ -71,13 +72,13 @@ def main() -> None:
     ratios = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in names:
-            kept = json.loads((folder / name / RESULT_FILE).read_text()).get("end_to_end") or {}
+            kept = readable_end_to_end(json.loads((folder / name / RESULT_FILE).read_text()).get("end_to_end") or {})
             if "e2e_latency_ms" not in kept:
                 print(f"{name:32s} (no end-to-end latency kept: not a network run)")
                 continue
             db = open_database(folder / name, Path(scratch) / name)
             now = network_latency(db, net.mod, target, net.inputs, **evaluator) * 1e3
-            ratio = now / float(kept["e2e_latency_ms"])
+            ratio = now / float(kept["e2e_latency_ms"])  # NaN: kept before its records applied
             beside = kept.get("untuned_ms")
             if beside:
                 ratios.append(untuned / float(beside))

@@ -180,9 +180,14 @@ def test_network_tune_with_held_out_model(trained_store):
     assert (e2e["e2e_latency_ms"] > 0).all() and (e2e.loc[e2e["cost_model"] != "untuned", "seeds"] == 2).all()
     per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv")
     assert len(per_seed) == 7 and (per_seed.loc[per_seed["cost_model"] != "untuned", "tuned_tasks"] == 2).all()
-    # every run timed the untuned network beside it: the machine's reference, and a speedup over it
+    # every run timed the untuned network beside it: the machine's reference, and a speedup over it;
+    # its network compiled with both tuned tasks' records, on a CPU it names
     tuned = per_seed[per_seed["cost_model"] != "untuned"]
     assert (tuned["untuned_ms"] > 0).all() and np.isfinite(tuned["speedup_vs_untuned"]).all()
+    assert (tuned["records_applied"] == 2).all() and "e2e_unapplied_ms" not in per_seed
+    from pipeline.device.harness import cpu_signature
+
+    assert {json.loads(r.read_text())["row"]["cpu_signature"] for r in results} == {cpu_signature()}
     budget = pd.read_csv(reports / "tune-bert_encoder_budget.csv").set_index("cost_model")
     assert list(budget.index) == ["ours", "ours_update", "xgb"] and (budget["seeds"] == 2).all()
     last = budget.columns[-1]  # 2 tasks x 2 trials: marks at trials 1, 2, 3 and 4
@@ -223,6 +228,26 @@ def test_network_tune_with_held_out_model(trained_store):
     assert table.loc["ours", "lo"] <= table.loc["ours", "xgb/this"] <= table.loc["ours", "hi"]
     text = Path(retimed["report"]).read_text()
     assert "2 rounds" in text and f"{json.loads((kept.rglob('result.json').__next__()).read_text())['end_to_end']['e2e_latency_ms']:.3g}" in text
+    # a run kept before the network compiled with its records: the latency it kept is the untuned
+    # network's, so the report leaves it out and names it, and the re-timing has no kept latency for it
+    for result in root.rglob("xgb-s1/result.json"):
+        done = json.loads(result.read_text())
+        done["end_to_end"].pop("records_applied")
+        result.write_text(json.dumps(done))
+    void = done["end_to_end"]["e2e_latency_ms"]
+    again = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}", f"tune.results={kept}"])
+    assert again["reused_runs"] == 6 and again["failed_runs"] == 0
+    assert "End to end: 1 of 6 runs were kept before the network compiled with their records" in Path(
+        again["report"]).read_text()
+    per_seed = pd.read_csv(reports / "tune-bert_encoder_network.csv").set_index(["cost_model", "seed"])
+    assert np.isnan(per_seed.loc[("xgb", 1), "e2e_latency_ms"]) and per_seed.loc[("xgb", 1), "e2e_unapplied_ms"] == void
+    assert per_seed["e2e_unapplied_ms"].notna().sum() == 1 and per_seed.loc[("xgb", 0), "e2e_latency_ms"] > 0
+    e2e = pd.read_csv(reports / "tune-bert_encoder_e2e.csv").set_index("cost_model")
+    assert e2e.loc["xgb", "e2e_latency_ms"] == per_seed.loc[("xgb", 0), "e2e_latency_ms"]
+    from pipeline.tuning.retime import KeptRun
+
+    assert KeptRun("xgb", 1, next(kept.rglob("xgb-s1"))).kept_ms() is None
+    assert KeptRun("xgb", 0, next(kept.rglob("xgb-s0"))).kept_ms() == per_seed.loc[("xgb", 0), "e2e_latency_ms"]
     with pytest.raises(TuneError, match="no kept run at .*-s7"):
         run_stage("tune", [*over_kept, "tune.seeds=[0,7]"])
     with pytest.raises(TuneError, match="add xgb to tune.cost_models"):

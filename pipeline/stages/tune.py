@@ -172,9 +172,13 @@ def run(cfg) -> dict:
         return retime(cfg, ws, p)
     result = tune(cfg, p, finished)
     hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
+    cpus = sorted(result.runs["cpu_signature"].dropna().unique()) if "cpu_signature" in result.runs else []
     if len(hosts) > 1:
         p.notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their "
                        f"latencies compare only where the machines are of one kind.")
+    if len(cpus) > 1:
+        p.notes.append(f"The runs were tuned on {len(cpus)} CPUs ({'; '.join(cpus)}): their latencies do not "
+                       f"compare across them.")
     trials = stamped(result.trials)
     network = p.items[0].name if isinstance(p.items[0], Network) else None
     kind = str(t.tasks)
@@ -188,8 +192,9 @@ def run(cfg) -> dict:
         ours_uri=p.ours_uri, baseline=tuning_kinds.BASELINE, tolerance=float(t.reach_tolerance),
         caveat=p.caveat, notes=p.notes)
     print("\n" + report.text)
-    if report.machines:
-        log.warning("%s", report.machines)
+    for note in (report.machines, report.unapplied):
+        if note:
+            log.warning("%s", note)
     info = p.ours.info if p.ours is not None else {}
     run_id = tracking.log_tune_run(
         tracking_store(cfg), files=report.files, summary=report.summary, curves=tuning_report.batch_curves(trials),
@@ -281,7 +286,7 @@ def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None,
         out["ours_speedup_vs_xgb_mean"] = round(float(o[speedup].mean()), 3)
     if len(report.end_to_end):
         e = report.end_to_end.set_index("cost_model")
-        out["e2e_ms"] = ", ".join(f"{cm} {v:.3g}" for cm, v in e["e2e_latency_ms"].items())
+        out["e2e_ms"] = ", ".join(f"{cm} {v:.3g}" for cm, v in e["e2e_latency_ms"].items() if v == v)  # NaN: no record
     if p.caveat:
         out["note"] = p.caveat
     return out

@@ -32,9 +32,10 @@ from pipeline.compute.progress import progress
 from pipeline.core.database import DATABASE_FILES, read_record_lines, write_gzipped
 from pipeline.core.database import unpack_database as unpack_database_files
 from pipeline.core.workspace import atomic_write_bytes
+from pipeline.device.harness import cpu_signature
 from pipeline.tuning import kinds as tuning_kinds
-from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, stop_on_interrupt, tune_network_tasks,
-                                  tune_task, warm_up)
+from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, network_timer, stop_on_interrupt,
+                                  tune_network_tasks, tune_task, warm_up)
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,22 @@ def cost_models(*, ours, threads: int, xgb_warmup: int) -> Callable[[str, int], 
     return make
 
 
+#: a network run's end-to-end row counts the network's functions its records replaced when it
+#: compiled (runs.compile_with_database); a row kept without the count was compiled by a path
+#: that applied no record, so its latency is the untuned network's (`readable_end_to_end`)
+RECORDS_APPLIED = "records_applied"
+
+
+def readable_end_to_end(e2e: dict) -> dict:
+    """A kept run's end-to-end row as the reports read it: one kept before the network compiled
+    with the run's records (no RECORDS_APPLIED) timed the untuned network, so its latency moves
+    to `e2e_unapplied_ms` and reads as missing; `tune.retime.enabled=true` times it again with
+    its records."""
+    if RECORDS_APPLIED in e2e or "e2e_latency_ms" not in e2e:
+        return e2e
+    return {**e2e, "e2e_latency_ms": float("nan"), "e2e_unapplied_ms": e2e["e2e_latency_ms"]}
+
+
 @dataclass
 class RunResult:
     trials: list[dict]  # Trial rows, `task` naming the tuned task
@@ -155,13 +172,14 @@ class Network:
                                            strategy=setup.strategy, builder=setup.builder, runner=setup.runner,
                                            num_threads=setup.threads, scheduler=setup.scheduler)
         t0 = time.perf_counter()
-        latency = network_latency(db, self.mod, setup.target, self.inputs, **setup.evaluator)
+        timer = network_timer(db, self.mod, setup.target, self.inputs, **setup.evaluator)
+        latency = timer()
         e2e_s = time.perf_counter() - t0
         # the untuned network timed beside it: the machine's reference, so that runs kept from
         # another machine (or a slower day of a shared one) are seen as such (report.machine_note)
         return RunResult([asdict(t) for t in got], wall,
                          {"e2e_latency_ms": latency * 1e3, "tuning_min": wall / 60.0, "trials": len(got),
-                          "tuned_tasks": len(self.tasks), "e2e_s": e2e_s,
+                          "tuned_tasks": len(self.tasks), "e2e_s": e2e_s, RECORDS_APPLIED: len(timer.replaced),
                           "untuned_ms": self.untuned_latency(setup) * 1e3})
 
     def untuned_latency(self, setup: Setup) -> float:
@@ -238,7 +256,7 @@ def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], o
     """One tuning run of `item` with a fresh cost model of `kind`: {"row", "trials",
     "end_to_end"}; a failure is the row's `error` (with no trials), never an exception."""
     row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
-           "error": None, "host": socket.gethostname()}
+           "error": None, "host": socket.gethostname(), "cpu_signature": cpu_signature()}
     run_trials, net = [], None
     log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
     try:
@@ -325,7 +343,7 @@ class _Collected:
         if done["row"]["error"] is None:
             self.trials.extend(done["trials"])
             if done["end_to_end"] is not None:
-                self.e2e.append(done["end_to_end"])
+                self.e2e.append(readable_end_to_end(done["end_to_end"]))
 
     def keep(self, done: dict) -> None:
         """A run that finished now: its rows, saved under the work (and results) folder."""

@@ -286,6 +286,17 @@ def machine_note(end_to_end: pd.DataFrame, tolerance: float = MACHINE_TOLERANCE)
     return f"Machines: {'; '.join(parts)}." if parts else None
 
 
+def unapplied_note(end_to_end: pd.DataFrame) -> str | None:
+    """How many runs were kept before the network compiled with their records
+    (comparison.readable_end_to_end): their end-to-end latency is left out."""
+    if "e2e_unapplied_ms" not in end_to_end or not end_to_end["e2e_unapplied_ms"].notna().any():
+        return None
+    n, runs = int(end_to_end["e2e_unapplied_ms"].notna().sum()), int((end_to_end["cost_model"] != "untuned").sum())
+    return (f"End to end: {n} of {runs} runs were kept before the network compiled with their records applied; "
+            f"the latency they kept is the untuned network's and is left out. `tune.retime.enabled=true` times "
+            f"their networks again with their records.")
+
+
 def end_to_end_summary(end_to_end: pd.DataFrame, baseline: str = "xgb") -> pd.DataFrame:
     """Per cost model over seeds: end-to-end latency mean, min, max, speedup over the
     baseline's mean and mean speedup over the untuned network timed beside each run."""
@@ -436,6 +447,7 @@ class Report:
     files: dict[str, Path]  # what was written
     end_to_end: pd.DataFrame = field(default_factory=pd.DataFrame)  # over seeds per cost model (networks)
     machines: str | None = None  # machine_note of a network's runs (None: one machine, or not a network)
+    unapplied: str | None = None  # unapplied_note of a network's runs (None: every end-to-end latency stands)
 
 
 def _paired_section(detail: pd.DataFrame, baseline: str, files: dict, path: Path) -> list[str]:
@@ -504,7 +516,8 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, *,
                                           folder / f"{prefix}_curves_time.png")
     text = [f"# Tuning: {heading}\n\n"]
     machines = machine_note(end_to_end) if network is not None else None
-    text += [f"> **{x}**\n\n" for x in (caveat, machines) if x]
+    unapplied = unapplied_note(end_to_end) if network is not None else None
+    text += [f"> **{x}**\n\n" for x in (caveat, machines, unapplied) if x]
     text += [f"{n}\n\n" for n in notes or []]
     text += [f"ours = {ours_uri}\n" if ours_uri else "",
              f"\n## Trials to reach {baseline}'s final best (mean [min, max] over the seeds that reached it; "
@@ -520,4 +533,4 @@ def write(trials: pd.DataFrame, runs: pd.DataFrame, end_to_end: pd.DataFrame, *,
         text += ["\n## Failed runs\n\n", markdown(errs)]
     files["report_md"] = folder / f"{prefix}.md"
     files["report_md"].write_text("".join(text))
-    return Report(table, "".join(text), files, e2e, machines)
+    return Report(table, "".join(text), files, e2e, machines, unapplied)

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from tvm.s_tir import meta_schedule as ms
 
-from pipeline.tuning.comparison import RESULT_FILE, open_database
+from pipeline.tuning.comparison import RESULT_FILE, open_database, readable_end_to_end
 from pipeline.tuning.report import _ordered, geomean_over_tasks, markdown
 from pipeline.tuning.runs import network_timer
 
@@ -48,9 +48,11 @@ class KeptRun:
         return f"{self.cost_model}-s{self.seed}"
 
     def kept_ms(self) -> float | None:
-        """The end-to-end latency the run timed right after it tuned."""
-        e2e = json.loads((self.folder / RESULT_FILE).read_text()).get("end_to_end") or {}
-        return float(e2e["e2e_latency_ms"]) if "e2e_latency_ms" in e2e else None
+        """The end-to-end latency the run timed right after it tuned; None for a run kept
+        before its records applied when the network compiled (it timed the untuned network)."""
+        e2e = readable_end_to_end(json.loads((self.folder / RESULT_FILE).read_text()).get("end_to_end") or {})
+        ms_ = float(e2e.get("e2e_latency_ms", float("nan")))
+        return None if np.isnan(ms_) else ms_
 
 
 def retime(network, target, runs: list[KeptRun], *, rounds: int, evaluator: dict, scratch: Path,

@@ -182,23 +182,30 @@ def compile_with_database(db, mod, target) -> tuple[object, list[str]]:
     return ex, replaced
 
 
+@dataclass
+class NetworkTimer:
+    """A network compiled once with a tuning database: calling it times one end-to-end call
+    again (mean seconds); `replaced` names the functions a tuning record replaced."""
+
+    replaced: list[str]
+    time_once: Callable[[], float]  # holds the VM (and its executable) as long as the timer lives
+
+    def __call__(self) -> float:
+        return self.time_once()
+
+
 def network_timer(db, mod, target, inputs: list, *, number: int = 3, repeat: int = 1,
-                  min_repeat_ms: int = 100) -> Callable[[], float]:
+                  min_repeat_ms: int = 100) -> NetworkTimer:
     """The network compiled once with the tuning database (tasks without a record keep their
-    default schedule) and called once; each call of the returned function times it again,
-    in mean seconds of one end-to-end call, with the runner's evaluator settings (number,
-    repeat, min_repeat_ms)."""
-    ex, _ = compile_with_database(db, mod, target)
+    default schedule) and called once, as a NetworkTimer with the runner's evaluator settings
+    (number, repeat, min_repeat_ms)."""
+    ex, replaced = compile_with_database(db, mod, target)
     dev = tvm.cpu() if target.kind.name == "llvm" else tvm.device(target.kind.name, 0)
     vm = relax.VirtualMachine(ex, dev)
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     vm["main"](*args)  # warm-up
     timer = vm.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-
-    def time_once(vm=vm) -> float:  # holds the VM (and its executable) as long as the timer lives
-        return float(timer(*args).mean)
-
-    return time_once
+    return NetworkTimer(replaced, lambda vm=vm: float(timer(*args).mean))
 
 
 def network_latency(db, mod, target, inputs: list, **evaluator) -> float:
