@@ -21,7 +21,6 @@ kept from it compare with runs tuned here only as speedups over the untuned netw
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -46,8 +45,7 @@ def main() -> None:
     from pipeline.config import compose
     from pipeline.options import task_choice
     from pipeline.tuning import tasks as tuning_tasks
-    from pipeline.tuning.comparison import (DATABASE_FILES, RESULT_FILE, network_latency, open_database,
-                                           readable_end_to_end)
+    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, network_latency, open_database, read_result
 
     folder = args.folder
     if not folder.is_dir():
@@ -72,7 +70,7 @@ def main() -> None:
     ratios = []
     with tempfile.TemporaryDirectory() as scratch:
         for name in names:
-            kept = readable_end_to_end(json.loads((folder / name / RESULT_FILE).read_text()).get("end_to_end") or {})
+            kept = read_result(folder / name / RESULT_FILE).get("end_to_end") or {}
             if "e2e_latency_ms" not in kept:
                 print(f"{name:32s} (no end-to-end latency kept: not a network run)")
                 continue

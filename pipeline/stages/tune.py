@@ -171,14 +171,11 @@ def run(cfg) -> dict:
     if bool(t.retime.enabled):
         return retime(cfg, ws, p)
     result = tune(cfg, p, finished)
-    hosts = sorted(result.runs["host"].dropna().unique()) if "host" in result.runs else []
-    cpus = sorted(result.runs["cpu_signature"].dropna().unique()) if "cpu_signature" in result.runs else []
-    if len(hosts) > 1:
-        p.notes.append(f"The runs were tuned and timed on {len(hosts)} machines ({', '.join(hosts)}): their "
-                       f"latencies compare only where the machines are of one kind.")
-    if len(cpus) > 1:
-        p.notes.append(f"The runs were tuned on {len(cpus)} CPUs ({'; '.join(cpus)}): their latencies do not "
-                       f"compare across them.")
+    for column, what in (("host", "machines"), ("cpu_signature", "CPUs")):
+        seen = sorted(result.runs[column].dropna().unique()) if column in result.runs else []
+        if len(seen) > 1:
+            p.notes.append(f"The runs were tuned and timed on {len(seen)} {what} ({'; '.join(seen)}): their "
+                           f"latencies compare only where the {what} are of one kind.")
     trials = stamped(result.trials)
     network = p.items[0].name if isinstance(p.items[0], Network) else None
     kind = str(t.tasks)
@@ -286,7 +283,7 @@ def _outcome(p: Plan, result, report, trials: pd.DataFrame, network: str | None,
         out["ours_speedup_vs_xgb_mean"] = round(float(o[speedup].mean()), 3)
     if len(report.end_to_end):
         e = report.end_to_end.set_index("cost_model")
-        out["e2e_ms"] = ", ".join(f"{cm} {v:.3g}" for cm, v in e["e2e_latency_ms"].items() if v == v)  # NaN: no record
+        out["e2e_ms"] = ", ".join(f"{cm} {v:.3g}" for cm, v in e["e2e_latency_ms"].items() if pd.notna(v))
     if p.caveat:
         out["note"] = p.caveat
     return out

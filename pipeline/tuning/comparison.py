@@ -112,18 +112,20 @@ def cost_models(*, ours, threads: int, xgb_warmup: int) -> Callable[[str, int], 
 
 #: a network run's end-to-end row counts the network's functions its records replaced when it
 #: compiled (runs.compile_with_database); a row kept without the count was compiled by a path
-#: that applied no record, so its latency is the untuned network's (`readable_end_to_end`)
+#: that applied no record, so its latency is the untuned network's (`read_result`)
 RECORDS_APPLIED = "records_applied"
 
 
-def readable_end_to_end(e2e: dict) -> dict:
-    """A kept run's end-to-end row as the reports read it: one kept before the network compiled
-    with the run's records (no RECORDS_APPLIED) timed the untuned network, so its latency moves
-    to `e2e_unapplied_ms` and reads as missing; `tune.retime.enabled=true` times it again with
-    its records."""
-    if RECORDS_APPLIED in e2e or "e2e_latency_ms" not in e2e:
-        return e2e
-    return {**e2e, "e2e_latency_ms": float("nan"), "e2e_unapplied_ms": e2e["e2e_latency_ms"]}
+def read_result(path: Path) -> dict:
+    """A finished run's RESULT_FILE as every reader takes it: an end-to-end row kept before the
+    network compiled with the run's records (no RECORDS_APPLIED) timed the untuned network, so
+    its latency moves to `e2e_unapplied_ms` and reads as missing; `tune.retime.enabled=true`
+    times it again with its records."""
+    done = json.loads(Path(path).read_text())
+    e2e = done.get("end_to_end")
+    if e2e and RECORDS_APPLIED not in e2e and "e2e_latency_ms" in e2e:
+        done["end_to_end"] = {**e2e, "e2e_latency_ms": float("nan"), "e2e_unapplied_ms": e2e["e2e_latency_ms"]}
+    return done
 
 
 @dataclass
@@ -291,7 +293,7 @@ def pending(items: list, kinds: list[str], seeds: list[int], setup: Setup, reuse
             saved = kept
         if reuse and saved.is_file():
             log.info("tune %s with %s (seed %d): finished earlier in %s, reused", item.name, kind, seed, work_dir)
-            earlier.append(json.loads(saved.read_text()))
+            earlier.append(read_result(saved))
             continue
         shutil.rmtree(work_dir, ignore_errors=True)
         todo.append((item, seed, kind))
@@ -343,7 +345,7 @@ class _Collected:
         if done["row"]["error"] is None:
             self.trials.extend(done["trials"])
             if done["end_to_end"] is not None:
-                self.e2e.append(readable_end_to_end(done["end_to_end"]))
+                self.e2e.append(done["end_to_end"])
 
     def keep(self, done: dict) -> None:
         """A run that finished now: its rows, saved under the work (and results) folder."""

@@ -14,7 +14,6 @@ resamples whole rounds).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ import numpy as np
 import pandas as pd
 from tvm.s_tir import meta_schedule as ms
 
-from pipeline.tuning.comparison import RESULT_FILE, open_database, readable_end_to_end
+from pipeline.tuning.comparison import RESULT_FILE, open_database, read_result
 from pipeline.tuning.report import _ordered, geomean_over_tasks, markdown
 from pipeline.tuning.runs import network_timer
 
@@ -50,9 +49,8 @@ class KeptRun:
     def kept_ms(self) -> float | None:
         """The end-to-end latency the run timed right after it tuned; None for a run kept
         before its records applied when the network compiled (it timed the untuned network)."""
-        e2e = readable_end_to_end(json.loads((self.folder / RESULT_FILE).read_text()).get("end_to_end") or {})
-        ms_ = float(e2e.get("e2e_latency_ms", float("nan")))
-        return None if np.isnan(ms_) else ms_
+        e2e = read_result(self.folder / RESULT_FILE).get("end_to_end") or {}
+        return float(e2e["e2e_latency_ms"]) if pd.notna(e2e.get("e2e_latency_ms")) else None
 
 
 def retime(network, target, runs: list[KeptRun], *, rounds: int, evaluator: dict, scratch: Path,
