@@ -288,7 +288,7 @@ def machine_note(end_to_end: pd.DataFrame, tolerance: float = MACHINE_TOLERANCE)
 
 def unapplied_note(end_to_end: pd.DataFrame) -> str | None:
     """How many runs were kept before the network compiled with their records
-    (comparison.readable_end_to_end): their end-to-end latency is left out."""
+    (comparison.read_result): their end-to-end latency is left out."""
     if "e2e_unapplied_ms" not in end_to_end or not end_to_end["e2e_unapplied_ms"].notna().any():
         return None
     n, runs = int(end_to_end["e2e_unapplied_ms"].notna().sum()), int((end_to_end["cost_model"] != "untuned").sum())
