@@ -538,7 +538,7 @@ def test_comparison_loop_keeps_failures_as_rows(tmp_path):
                 raise ValueError("need at least one array\nto concatenate")
             rows = [{"task": "T", "index": 1, "batch": 1, "latency_s": 1e-3 * (seed + 1), "error": None,
                      "elapsed_s": 0.1}]
-            return RunResult(rows, 2.0, {"e2e_latency_ms": 3.0, "tuning_min": 2.0 / 60, "trials": 1})
+            return RunResult(rows, 2.0, {"e2e_latency_ms": 3.0, "tuning_min": 2.0 / 60, "trials": 1, "records_applied": 1})
 
     setup = Setup(None, 1, 1, StrategyConfig(), None, None, 1, tmp_path)
     out = compare([Item()], ["xgb", "flaky"], [0, 1], lambda kind, seed: kind, setup)
