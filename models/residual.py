@@ -23,6 +23,10 @@ PARAMS = {"objective": "lambdarank", "num_leaves": 7, "learning_rate": 0.1, "min
           "min_data_in_bin": 1, "lambda_l2": 1.0, "verbose": -1, "deterministic": True}
 
 
+#: relevance grades of the correction's ranking (rank quantiles within a task)
+GRADES = 4
+
+
 def record_rows(stores: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """[n_records, 2 * width + 1] float32: per record the sum and the maximum of each store
     value and the number of stores (zeros for a record without stores)."""
@@ -41,7 +45,7 @@ def record_rows(stores: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 class SessionResidual:
     """The correction: `fit` on a session's records, `predict` adds nothing until fitted."""
 
-    def __init__(self, *, rounds: int = 30, levels: int = 4, seed: int = 0, threads: int = 0):
+    def __init__(self, *, rounds: int = 30, levels: int = GRADES, seed: int = 0, threads: int = 0):
         self.rounds, self.levels, self.seed, self.threads = int(rounds), int(levels), int(seed), int(threads)
         self.booster: lgb.Booster | None = None
 

@@ -80,6 +80,7 @@ def ours_options(cfg):
                        releases=Path(str(cfg.paths.releases)), update=bool(cm["update"]),
                        update_every=int(cm["update_every"]), update_mode=str(cm["update_mode"]),
                        update_rounds=int(cm["update_rounds"]), update_epochs=int(cm["update_epochs"]),
+                       update_grades=int(cm["update_grades"]), update_handover=int(cm["update_handover"]),
                        threads=int(cfg.jobs) or os.cpu_count() or 1)
 
 

@@ -285,10 +285,12 @@ def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_mo
     from models.metrics import pairwise_accuracy
 
     root, runs = store_models
-    ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model", threads=1, update_every=1)
+    ours = PipelineCostModel.from_uri(f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model", threads=1, update_every=1,
+                                      update_grades=8)
     cm = tuning_kinds.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
     inner, prior = cm._inst, ours._inst.model
     assert inner.update_enabled and inner.update_mode == "residual" and inner.model is prior
+    assert inner.residual.levels == 8  # tune.costmodel.update_grades
     ctx, cands, rids, secs = _task_candidates(root)
     before = ms.cost_model.CostModel.predict(cm, ctx, cands)
     booster_before = prior.booster.model_to_string()
@@ -304,3 +306,37 @@ def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_mo
     cm.save(str(tmp_path / "adapt.tar"))
     loaded = PipelineCostModel.from_file(str(tmp_path / "adapt.tar"))
     np.testing.assert_allclose(ms.cost_model.CostModel.predict(loaded, ctx, cands), after, rtol=1e-6)
+    assert loaded._inst.update_grades == 8 and loaded._inst.residual.levels == 8
+
+
+def test_adapting_model_hands_over_to_the_session_as_it_measures(store_models, tmp_path):
+    """update_handover: a task's scores move from the corrected prior toward MetaSchedule's
+    XGBModel on the session alone, by the share of its measurements; 0 keeps the corrected
+    prior's scores."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from pipeline.tuning import kinds as tuning_kinds
+    from pipeline.tuning.cost_model import PipelineCostModel, positive_scores, standardized
+
+    root, runs = store_models
+    uri = f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model"
+    ctx, cands, rids, secs = _task_candidates(root)
+    results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs]
+    scores = {}
+    for handover in (0, 8):
+        ours = PipelineCostModel.from_uri(uri, threads=1, update_every=1, update_handover=handover)
+        cm = tuning_kinds.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
+        ms.cost_model.CostModel.update(cm, ctx, cands, results)
+        scores[handover] = ms.cost_model.CostModel.predict(cm, ctx, cands)
+        inner = cm._inst
+    assert inner.session_xgb is not None and inner.session_xgb.booster is not None and (scores[8] > 0).all()
+    # the same corrected prior, mixed with XGBModel's scores at weight n / (n + 8)
+    corrected = np.where(scores[0] > 1, scores[0] - 1, np.log(scores[0]))  # ranking scores: 1 + s, exp(s) below 0
+    weight = len(cands) / (len(cands) + 8)
+    mixed = (1 - weight) * standardized(corrected) + weight * standardized(inner.session_xgb.predict(ctx, cands))
+    np.testing.assert_allclose(scores[8], positive_scores(mixed, calibrated=False), rtol=1e-5)
+    assert not np.allclose(scores[8], scores[0])
+    cm.save(str(tmp_path / "handover.tar"))
+    loaded = PipelineCostModel.from_file(str(tmp_path / "handover.tar"))
+    assert loaded._inst.update_handover == 8 and loaded._inst.session_xgb.booster is not None
+    np.testing.assert_allclose(ms.cost_model.CostModel.predict(loaded, ctx, cands), scores[8], rtol=1e-6)

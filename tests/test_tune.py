@@ -523,6 +523,11 @@ def test_ours_runs_are_named_by_the_settings_their_kind_reads():
     assert settings_read("ours_adapt", {**cm, "update_mode": "union", "update_epochs": 9}) == settings_read("ours_adapt", cm)
     # `ours` refitting online is `ours_update`
     assert settings_read("ours", {**cm, "update": True}) == {"update": True, **settings_read("ours_update", cm)}
+    # the correction's grades: the value runs were kept with before it was a setting names them as before
+    assert settings_read("ours_adapt", {**cm, "update_grades": 4}) == settings_read("ours_adapt", cm)
+    finer = {**cm, "update_grades": 16}
+    assert settings_read("ours_adapt", finer) == {**settings_read("ours_adapt", cm), "update_grades": 16}
+    assert settings_read("ours_update", finer) == settings_read("ours_update", cm)
 
 
 def test_comparison_loop_keeps_failures_as_rows(tmp_path):

@@ -55,7 +55,7 @@ from features import task_context
 from features.candidates import feature_plan, model_inputs, pack
 from models import pyfunc, registry, tracking
 from models.base import CostModel, FeatureSpec
-from models.residual import SessionResidual, record_rows
+from models.residual import GRADES, SessionResidual, record_rows
 from models.tables import TrainingTable, concat_tables, restricted_table
 from pipeline.core import release
 from pipeline.core import schema as S
@@ -83,6 +83,14 @@ def positive_scores(raw: np.ndarray, calibrated: bool) -> np.ndarray:
     if calibrated:
         return np.where(raw > EPS, raw, EPS * np.exp(np.minimum(raw, EPS) - EPS))
     return np.where(raw > 0, 1.0 + raw, np.exp(np.minimum(raw, 0.0)))
+
+
+def standardized(scores: np.ndarray) -> np.ndarray:
+    """Scores of one task's candidates on a common scale (mean 0, deviation 1), so two models'
+    scores can be mixed."""
+    scores = np.asarray(scores, np.float64)
+    spread = scores.std()
+    return (scores - scores.mean()) / spread if spread > 0 else np.zeros_like(scores)
 
 
 def run_cost(result) -> float:
@@ -117,14 +125,16 @@ class PipelineCostModel(PyCostModel):
     the session's measurements), `update_every` (refit after this many measured batches),
     `update_mode` (auto | union | continue | residual; auto = union when the training data is
     found; residual = the model frozen, a small correction fitted on the session, models/residual.py),
-    `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning), `train_data`
+    `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning; `update_rounds`
+    and `update_grades` are the residual mode's trees and relevance grades), `train_data`
     (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
     of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
     `source` (where the model came from, for messages), `train_table` (the training table
     itself, for the union mode on a machine without that workspace)."""
 
     def __init__(self, model: CostModel, *, update: bool = False, update_every: int = 2,
-                 update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5,
+                 update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5, update_grades: int = GRADES,
+                 update_handover: int = 0,
                  train_data: str | Path | None = None, exclude_tasks=(), threads: int = 0, source: str = "",
                  info: dict | None = None, train_table: TrainingTable | None = None):
         super().__init__()
@@ -145,13 +155,20 @@ class PipelineCostModel(PyCostModel):
         self.update_mode = update_mode
         self.update_rounds = int(update_rounds)
         self.update_epochs = int(update_epochs)
+        self.update_grades = int(update_grades)
+        if int(update_handover) < 0:
+            raise ValueError(f"update_handover={update_handover} must be >= 0 (0: no hand-over)")
+        self.update_handover = int(update_handover)
         self.train_data = str(train_data) if train_data else None
         self.exclude_tasks = tuple(sorted(exclude_tasks or ()))
         self.threads = int(threads)
         self.info = dict(info or {})
         self.session = _Session()
         self._task_context: dict[str, dict] = {}  # workload hash -> features.task_context.of_mod
-        self.residual = SessionResidual(rounds=self.update_rounds, threads=self.threads)
+        self.residual = SessionResidual(rounds=self.update_rounds, levels=self.update_grades, threads=self.threads)
+        # the session's own model, without the prior, that a task's scores hand over to
+        # (update_handover): MetaSchedule's XGBModel, which ranks a tuner's late region well
+        self.session_xgb = self._session_xgb() if self.update_handover else None
         self.n_updates = 0
         self.n_refits = 0
         self.refit_log: list[dict] = []
@@ -262,9 +279,20 @@ class PipelineCostModel(PyCostModel):
         per_store = self._features(context, candidates)
         records, stores, offsets = model_inputs(per_store, self.plan, self._task_of(context.mod))
         raw = self.model.predict_arrays(records, stores, offsets)
-        if self.residual.booster is not None:
-            raw = raw + self.residual.predict(record_rows(*pack(per_store)))
-        return positive_scores(raw, self.model.calibrated).astype(np.float64)
+        if self.residual.booster is None:
+            return positive_scores(raw, self.model.calibrated).astype(np.float64)
+        rows = record_rows(*pack(per_store))
+        raw = raw + self.residual.predict(rows)
+        measured = len(self.session.costs.get(shash2hex(context.mod), ()))
+        if self.session_xgb is None or self.session_xgb.booster is None or not measured:
+            return positive_scores(raw, self.model.calibrated).astype(np.float64)
+        # the task's scores hand over to the session's own model as its measurements grow:
+        # equal weight after `update_handover` of them (XGBModel's scoring of the features
+        # extracted above: its `predict` would extract them again)
+        weight = measured / (measured + self.update_handover)
+        own = self.session_xgb._predict(xs=per_store)  # pylint: disable=protected-access
+        raw = (1.0 - weight) * standardized(raw) + weight * standardized(own)
+        return positive_scores(raw, calibrated=False).astype(np.float64)
 
     def update(self, context, candidates, results) -> None:
         if len(candidates) == 0:
@@ -275,6 +303,8 @@ class PipelineCostModel(PyCostModel):
         self.session.add(shash2hex(context.mod), per_store, costs)
         self._task_of(context.mod)
         self.n_updates += 1
+        if self.session_xgb is not None:
+            self.session_xgb.update(context, candidates, results)
         if self.plan is None and self.update_enabled:
             self.model.ms_model.update(context, candidates, results)  # its own data: union
             self.n_refits += 1
@@ -300,14 +330,19 @@ class PipelineCostModel(PyCostModel):
                 "residual": self.residual.to_string()}
             (tmp / "adapter.json").write_text(json.dumps(state, indent=2, default=str))
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            parts = ["model", "adapter.json", "session.npz"]
+            if self.session_xgb is not None and self.session_xgb.booster is not None:
+                self.session_xgb.save(str(tmp / "session_xgb.tar"))
+                parts.append("session_xgb.tar")
             with tarfile.open(path, "w") as tar:
-                for p in ("model", "adapter.json", "session.npz"):
+                for p in parts:
                     tar.add(tmp / p, arcname=p)
 
     def settings(self) -> dict:
         """The constructor's settings (all but the model and info)."""
         return {"update": self.update_enabled, "update_every": self.update_every, "update_mode": self.update_mode,
-                "update_rounds": self.update_rounds, "update_epochs": self.update_epochs,
+                "update_rounds": self.update_rounds, "update_epochs": self.update_epochs, "update_grades": self.update_grades,
+                "update_handover": self.update_handover,
                 "train_data": self.train_data, "exclude_tasks": list(self.exclude_tasks), "threads": self.threads,
                 "source": self.source}
 
@@ -331,8 +366,8 @@ class PipelineCostModel(PyCostModel):
         """Replace this adapter's model, settings and session with those saved in `path`."""
         inner = PipelineCostModel.from_file(path)._inst
         for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
-                  "update_epochs", "train_data", "exclude_tasks", "threads", "source", "info", "session",
-                  "n_updates", "n_refits", "refit_log", "_task_context", "residual"):
+                  "update_epochs", "update_grades", "update_handover", "train_data", "exclude_tasks", "threads", "source", "info", "session",
+                  "n_updates", "n_refits", "refit_log", "_task_context", "residual", "session_xgb"):
             setattr(self, k, getattr(inner, k))
         self._train_table = None
 
@@ -363,6 +398,8 @@ class PipelineCostModel(PyCostModel):
         self.refit_log = list(state.get("refit_log", []))
         self._task_context = dict(state.get("task_context", {}))
         self.residual.load_string(state.get("residual"))
+        if self.session_xgb is not None and (folder / "session_xgb.tar").exists():
+            self.session_xgb.load(str(folder / "session_xgb.tar"))
 
     def session_table(self):
         """The session's measured candidates as a TrainingTable (labels per task: best / cost)."""
@@ -424,6 +461,11 @@ class PipelineCostModel(PyCostModel):
         rows = record_rows(*pack(self.session_records()))
         trees = self.residual.fit(rows, prior, session.labels, session.task_codes)
         return self._logged("residual", len(session), 0, t0, trees=trees)
+
+    def _session_xgb(self):
+        """MetaSchedule's XGBModel on the session's measurements alone (no warm-up: the
+        hand-over weighs it by the task's measurements)."""
+        return ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=self.threads or 1)
 
     def session_records(self) -> list[np.ndarray]:
         """Every session record's [n_stores, 164] matrix, in session_table's order."""

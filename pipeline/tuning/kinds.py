@@ -35,6 +35,7 @@ from pathlib import Path
 from tvm.s_tir import meta_schedule as ms
 
 from models import tracking
+from models.residual import GRADES
 from features.candidates import FeatureMismatchError
 from pipeline.core import release
 from pipeline.core import schema as S
@@ -112,7 +113,11 @@ def check_kinds(kinds: list[str]) -> list[str]:
 #: the `tune.costmodel` settings an `ours` kind reads besides `update` (`ours` reads these of
 #: `ours_update` only when it refits, `update=true`)
 SETTINGS_READ = {"ours_update": ("update_every", "update_mode", "update_rounds", "update_epochs"),
-                 "ours_adapt": ("update_every", "update_rounds")}
+                 "ours_adapt": ("update_every", "update_rounds", "update_grades", "update_handover")}
+
+
+#: settings added after runs were kept, and the value those runs had
+LATER = {"update_grades": GRADES, "update_handover": 0}
 
 
 def settings_read(kind: str, costmodel: dict) -> dict:
@@ -120,7 +125,9 @@ def settings_read(kind: str, costmodel: dict) -> dict:
     if kind == "ours":
         return {"update": bool(costmodel["update"]),
                 **(settings_read("ours_update", costmodel) if costmodel["update"] else {})}
-    return {k: costmodel[k] for k in SETTINGS_READ[kind]}
+    read = {k: costmodel.get(k, LATER[k]) if k in LATER else costmodel[k] for k in SETTINGS_READ[kind]}
+    # runs kept before these were settings had their values: their names stay
+    return {k: v for k, v in read.items() if k not in LATER or v != LATER[k]}
 
 
 def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None = None, xgb_warmup: int = 100):
@@ -145,11 +152,14 @@ class OursOptions:
     update_mode: str = "auto"
     update_rounds: int = 50
     update_epochs: int = 5
+    update_grades: int = GRADES
+    update_handover: int = 0
     threads: int = 1
 
     def learning(self) -> dict:
         return dict(update=self.update, update_every=self.update_every, update_mode=self.update_mode,
-                    update_rounds=self.update_rounds, update_epochs=self.update_epochs, threads=self.threads)
+                    update_rounds=self.update_rounds, update_epochs=self.update_epochs,
+                    update_grades=self.update_grades, update_handover=self.update_handover, threads=self.threads)
 
 
 def model_uri(opts: OursOptions, store: tracking.Store) -> tuple[str, bool]:
