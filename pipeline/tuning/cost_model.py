@@ -126,7 +126,9 @@ class PipelineCostModel(PyCostModel):
     `update_mode` (auto | union | continue | residual; auto = union when the training data is
     found; residual = the model frozen, a small correction fitted on the session, models/residual.py),
     `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning; `update_rounds`
-    and `update_grades` are the residual mode's trees and relevance grades), `train_data`
+    and `update_grades` are the residual mode's trees and relevance grades; `update_handover`
+    > 0 mixes each task's scores with those of MetaSchedule's XGBModel on the session alone,
+    its weight n / (n + update_handover) after n of the task's measurements), `train_data`
     (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
     of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
     `source` (where the model came from, for messages), `train_table` (the training table
