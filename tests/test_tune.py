@@ -514,7 +514,8 @@ def test_ours_runs_are_named_by_the_settings_their_kind_reads():
     """A setting a kind ignores leaves its runs' folder name alone, so it is not tuned again."""
     from pipeline.tuning.kinds import settings_read
 
-    cm = dict(path=None, update=False, update_every=2, update_mode="auto", update_rounds=50, update_epochs=5)
+    cm = dict(path=None, update=False, update_every=2, update_mode="auto", update_rounds=50, update_epochs=5,
+              update_grades=4, update_handover=0)
     more_trees = {**cm, "update_rounds": 200}
     assert settings_read("ours", cm) == settings_read("ours", more_trees) == {"update": False}
     assert settings_read("ours_adapt", cm) != settings_read("ours_adapt", more_trees)
@@ -523,8 +524,9 @@ def test_ours_runs_are_named_by_the_settings_their_kind_reads():
     assert settings_read("ours_adapt", {**cm, "update_mode": "union", "update_epochs": 9}) == settings_read("ours_adapt", cm)
     # `ours` refitting online is `ours_update`
     assert settings_read("ours", {**cm, "update": True}) == {"update": True, **settings_read("ours_update", cm)}
-    # the correction's grades: the value runs were kept with before it was a setting names them as before
-    assert settings_read("ours_adapt", {**cm, "update_grades": 4}) == settings_read("ours_adapt", cm)
+    # the correction's grades and hand-over: at the values runs were kept with before they were
+    # settings, the names are those of before
+    assert settings_read("ours_adapt", cm) == {"update_every": 2, "update_rounds": 50}
     finer = {**cm, "update_grades": 16}
     assert settings_read("ours_adapt", finer) == {**settings_read("ours_adapt", cm), "update_grades": 16}
     assert settings_read("ours_update", finer) == settings_read("ours_update", cm)

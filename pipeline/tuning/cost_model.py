@@ -169,8 +169,10 @@ class PipelineCostModel(PyCostModel):
         self._task_context: dict[str, dict] = {}  # workload hash -> features.task_context.of_mod
         self.residual = SessionResidual(rounds=self.update_rounds, levels=self.update_grades, threads=self.threads)
         # the session's own model, without the prior, that a task's scores hand over to
-        # (update_handover): MetaSchedule's XGBModel, which ranks a tuner's late region well
-        self.session_xgb = self._session_xgb() if self.update_handover else None
+        # (update_handover): MetaSchedule's XGBModel, which ranks a tuner's late region well;
+        # no warm-up, since the hand-over weighs it by the task's measurements
+        self.session_xgb = ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=self.threads or 1) \
+            if self.update_handover else None
         self.n_updates = 0
         self.n_refits = 0
         self.refit_log: list[dict] = []
@@ -281,20 +283,18 @@ class PipelineCostModel(PyCostModel):
         per_store = self._features(context, candidates)
         records, stores, offsets = model_inputs(per_store, self.plan, self._task_of(context.mod))
         raw = self.model.predict_arrays(records, stores, offsets)
-        if self.residual.booster is None:
-            return positive_scores(raw, self.model.calibrated).astype(np.float64)
-        rows = record_rows(*pack(per_store))
-        raw = raw + self.residual.predict(rows)
-        measured = len(self.session.costs.get(shash2hex(context.mod), ()))
-        if self.session_xgb is None or self.session_xgb.booster is None or not measured:
-            return positive_scores(raw, self.model.calibrated).astype(np.float64)
-        # the task's scores hand over to the session's own model as its measurements grow:
-        # equal weight after `update_handover` of them (XGBModel's scoring of the features
-        # extracted above: its `predict` would extract them again)
-        weight = measured / (measured + self.update_handover)
-        own = self.session_xgb._predict(xs=per_store)  # pylint: disable=protected-access
-        raw = (1.0 - weight) * standardized(raw) + weight * standardized(own)
-        return positive_scores(raw, calibrated=False).astype(np.float64)
+        calibrated = self.model.calibrated
+        if self.residual.booster is not None:
+            raw = raw + self.residual.predict(record_rows(*pack(per_store)))
+            measured = len(self.session.costs.get(shash2hex(context.mod), ()))
+            if self.session_xgb is not None and self.session_xgb.booster is not None and measured:
+                # the task's scores hand over to the session's own model as its measurements
+                # grow, equal weight after `update_handover` of them (XGBModel scores the
+                # features extracted above: its `predict` would extract them again)
+                weight = measured / (measured + self.update_handover)
+                own = self.session_xgb._predict(xs=per_store)  # pylint: disable=protected-access
+                raw, calibrated = (1.0 - weight) * standardized(raw) + weight * standardized(own), False
+        return positive_scores(raw, calibrated).astype(np.float64)
 
     def update(self, context, candidates, results) -> None:
         if len(candidates) == 0:
@@ -463,11 +463,6 @@ class PipelineCostModel(PyCostModel):
         rows = record_rows(*pack(self.session_records()))
         trees = self.residual.fit(rows, prior, session.labels, session.task_codes)
         return self._logged("residual", len(session), 0, t0, trees=trees)
-
-    def _session_xgb(self):
-        """MetaSchedule's XGBModel on the session's measurements alone (no warm-up: the
-        hand-over weighs it by the task's measurements)."""
-        return ms.cost_model.XGBModel(num_warmup_samples=0, num_tuning_cores=self.threads or 1)
 
     def session_records(self) -> list[np.ndarray]:
         """Every session record's [n_stores, 164] matrix, in session_table's order."""

@@ -125,9 +125,8 @@ def settings_read(kind: str, costmodel: dict) -> dict:
     if kind == "ours":
         return {"update": bool(costmodel["update"]),
                 **(settings_read("ours_update", costmodel) if costmodel["update"] else {})}
-    read = {k: costmodel.get(k, LATER[k]) if k in LATER else costmodel[k] for k in SETTINGS_READ[kind]}
-    # runs kept before these were settings had their values: their names stay
-    return {k: v for k, v in read.items() if k not in LATER or v != LATER[k]}
+    # runs kept before a setting of LATER existed had its value there: their names stay
+    return {k: costmodel[k] for k in SETTINGS_READ[kind] if k not in LATER or costmodel[k] != LATER[k]}
 
 
 def create(kind: str, *, seed: int, threads: int, ours: PipelineCostModel | None = None, xgb_warmup: int = 100):
