@@ -135,3 +135,23 @@ def test_imported_runs_need_the_release_labels(tmp_path):
             f"dataset.tuning_networks=[{NETWORK}]"]
     with pytest.raises(R.ReleaseError, match="dataset.labels=true"):
         run_stage("tasks", over)
+
+
+def test_a_run_tuned_on_another_cpu_is_refused_before_anything_is_written(grown):
+    """The second Xeon's committed MobileNet-V2 runs (their result.json names the CPU) do not
+    join the EPYC release's labels; a run of the labels' machine, or one that never said its
+    CPU, does."""
+    ws, _ = grown
+    xeon = ROOT / "data" / "tuning-xeon2-b" / RELEASE.name
+    run = [r for r in imported.kept_runs([xeon], [NETWORK]) if r.name == "xgb-s0"][0]
+    host = imported.labels_host(ws)
+    assert "EPYC" in host["cpu_model"]
+    before = len(ws.read("candidates"))
+    with pytest.raises(imported.KeptRunError, match=f"{run}: tuned on GenuineIntel.*dataset.tuning_results"):
+        imported.import_runs(ws, [run])
+    assert len(ws.read("candidates")) == before
+    row = json.loads((run / RESULT_FILE).read_text())["row"]
+    imported.check_same_cpu(run, {**row, "cpu_signature": None}, host)  # kept before runs wrote their CPU
+    imported.check_same_cpu(run, {**row, "cpu_model": host["cpu_model"], "cpu_signature": None}, host)
+    with pytest.raises(imported.KeptRunError, match="tuned on Intel"):
+        imported.check_same_cpu(run, {**row, "cpu_model": "Intel(R) Xeon(R) Processor"}, host)

@@ -126,12 +126,15 @@ def test_network_tune_with_held_out_model(trained_store):
     out = run_stage("tune", [*over, *NETWORK, f"tune.model_uri={uri}", f"tune.results={kept}"])
     assert out["tasks"] == 2 and out["runs"] == 6 and out["failed_runs"] == 0 and "note" not in out
     # each kept run has its MetaSchedule database beside its result.json: the schedules it measured
+    from pipeline.device.harness import cpu_model, cpu_signature
     from pipeline.tuning.comparison import open_database
 
     results = sorted(kept.rglob("result.json"))
     assert len(results) == 6
     for result in results:
         trials = [t for t in json.loads(result.read_text())["trials"] if t["error"] is None]
+        row = json.loads(result.read_text())["row"]  # the CPU it was tuned on: imported runs are checked against it
+        assert row["cpu_model"] == cpu_model() and row["cpu_signature"] == cpu_signature()
         records = open_database(result.parent, root / "scratch" / result.parent.name).get_all_tuning_records()
         assert len(records) == len(trials) == 4  # 2 tasks x 2 trials
         best = min(float(np.mean([float(x) for x in r.run_secs])) for r in records)

@@ -32,7 +32,7 @@ from pipeline.compute.progress import progress
 from pipeline.core.database import DATABASE_FILES, read_record_lines, write_gzipped
 from pipeline.core.database import unpack_database as unpack_database_files
 from pipeline.core.workspace import atomic_write_bytes
-from pipeline.device.harness import cpu_signature
+from pipeline.device.harness import cpu_model, cpu_signature
 from pipeline.tuning import kinds as tuning_kinds
 from pipeline.tuning.runs import (INTERRUPTED, StrategyConfig, network_latency, network_timer, stop_on_interrupt,
                                   tune_network_tasks, tune_task, warm_up)
@@ -258,7 +258,7 @@ def tune_one(item, kind: str, seed: int, make_cost_model: Callable[[str, int], o
     """One tuning run of `item` with a fresh cost model of `kind`: {"row", "trials",
     "end_to_end"}; a failure is the row's `error` (with no trials), never an exception."""
     row = {"task": item.name, "cost_model": kind, "seed": seed, "wall_s": float("nan"), "refits": None,
-           "error": None, "host": socket.gethostname(), "cpu_signature": cpu_signature()}
+           "error": None, "host": socket.gethostname(), "cpu_model": cpu_model(), "cpu_signature": cpu_signature()}
     run_trials, net = [], None
     log.info("tune %s with %s (seed %d): %d trials per task", item.name, kind, seed, setup.trials)
     try:
