@@ -260,6 +260,7 @@ RULES: dict[str, Rule] = {
     "tune.costmodel.update_epochs": integer(1),
     "tune.costmodel.update_grades": integer(2),
     "tune.costmodel.update_handover": integer(0),
+    "tune.costmodel.update_handover_after": integer(0),
     "tune.xgb_warmup": integer(0),
     "tune.strategy.population_size": integer(1),
     "tune.strategy.init_measured_ratio": PROBABILITY,

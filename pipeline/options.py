@@ -81,6 +81,7 @@ def ours_options(cfg):
                        update_every=int(cm["update_every"]), update_mode=str(cm["update_mode"]),
                        update_rounds=int(cm["update_rounds"]), update_epochs=int(cm["update_epochs"]),
                        update_grades=int(cm["update_grades"]), update_handover=int(cm["update_handover"]),
+                       update_handover_after=int(cm["update_handover_after"]),
                        threads=int(cfg.jobs) or os.cpu_count() or 1)
 
 

@@ -311,8 +311,8 @@ def test_adapting_model_stays_frozen_and_corrects_itself_on_the_session(store_mo
 
 def test_adapting_model_hands_over_to_the_session_as_it_measures(store_models, tmp_path):
     """update_handover: a task's scores move from the corrected prior toward MetaSchedule's
-    XGBModel on the session alone, by the share of its measurements; 0 keeps the corrected
-    prior's scores."""
+    XGBModel on the session alone, by the share of its measurements (past the first
+    update_handover_after); 0 keeps the corrected prior's scores."""
     from tvm.s_tir import meta_schedule as ms
 
     from pipeline.tuning import kinds as tuning_kinds
@@ -322,21 +322,28 @@ def test_adapting_model_hands_over_to_the_session_as_it_measures(store_models, t
     uri = f"runs:/{runs['lgbm_ps_rank4_task_roofbase']}/model"
     ctx, cands, rids, secs = _task_candidates(root)
     results = [ms.runner.RunnerResult(run_secs=[float(s)], error_msg=None) for s in secs]
-    scores = {}
-    for handover in (0, 8):
-        ours = PipelineCostModel.from_uri(uri, threads=1, update_every=1, update_handover=handover)
+    n = len(cands)
+    scores, adapters = {}, {}
+    for handover, after in ((0, 0), (8, 0), (8, n), (8, n // 2)):
+        ours = PipelineCostModel.from_uri(uri, threads=1, update_every=1, update_handover=handover,
+                                          update_handover_after=after)
         cm = tuning_kinds.create("ours_adapt", seed=0, threads=1, ours=ours, xgb_warmup=100)
         ms.cost_model.CostModel.update(cm, ctx, cands, results)
-        scores[handover] = ms.cost_model.CostModel.predict(cm, ctx, cands)
-        inner = cm._inst
-    assert inner.session_xgb is not None and inner.session_xgb.booster is not None and (scores[8] > 0).all()
-    # the same corrected prior, mixed with XGBModel's scores at weight n / (n + 8)
-    corrected = np.where(scores[0] > 1, scores[0] - 1, np.log(scores[0]))  # ranking scores: 1 + s, exp(s) below 0
-    weight = len(cands) / (len(cands) + 8)
-    mixed = (1 - weight) * standardized(corrected) + weight * standardized(inner.session_xgb.predict(ctx, cands))
-    np.testing.assert_allclose(scores[8], positive_scores(mixed, calibrated=False), rtol=1e-5)
-    assert not np.allclose(scores[8], scores[0])
-    cm.save(str(tmp_path / "handover.tar"))
+        scores[handover, after] = ms.cost_model.CostModel.predict(cm, ctx, cands)
+        adapters[handover, after] = cm
+    # the same corrected prior, mixed with XGBModel's scores at weight m / (m + 8), m the
+    # task's measurements past the first `after`
+    corrected = np.where(scores[0, 0] > 1, scores[0, 0] - 1, np.log(scores[0, 0]))  # ranking scores: 1 + s, exp(s) below 0
+    for after in (0, n // 2):
+        xgb = adapters[8, after]._inst.session_xgb
+        assert xgb is not None and xgb.booster is not None and (scores[8, after] > 0).all()
+        weight = (n - after) / (n - after + 8)
+        mixed = (1 - weight) * standardized(corrected) + weight * standardized(xgb.predict(ctx, cands))
+        np.testing.assert_allclose(scores[8, after], positive_scores(mixed, calibrated=False), rtol=1e-5)
+        assert not np.allclose(scores[8, after], scores[0, 0])
+    np.testing.assert_allclose(scores[8, n], scores[0, 0], rtol=1e-6)  # no measurement past the first n yet
+    adapters[8, n // 2].save(str(tmp_path / "handover.tar"))
     loaded = PipelineCostModel.from_file(str(tmp_path / "handover.tar"))
-    assert loaded._inst.update_handover == 8 and loaded._inst.session_xgb.booster is not None
-    np.testing.assert_allclose(ms.cost_model.CostModel.predict(loaded, ctx, cands), scores[8], rtol=1e-6)
+    assert loaded._inst.update_handover == 8 and loaded._inst.update_handover_after == n // 2
+    assert loaded._inst.session_xgb.booster is not None
+    np.testing.assert_allclose(ms.cost_model.CostModel.predict(loaded, ctx, cands), scores[8, n // 2], rtol=1e-6)

@@ -518,7 +518,7 @@ def test_ours_runs_are_named_by_the_settings_their_kind_reads():
     from pipeline.tuning.kinds import settings_read
 
     cm = dict(path=None, update=False, update_every=2, update_mode="auto", update_rounds=50, update_epochs=5,
-              update_grades=4, update_handover=0)
+              update_grades=4, update_handover=0, update_handover_after=0)
     more_trees = {**cm, "update_rounds": 200}
     assert settings_read("ours", cm) == settings_read("ours", more_trees) == {"update": False}
     assert settings_read("ours_adapt", cm) != settings_read("ours_adapt", more_trees)
@@ -533,6 +533,9 @@ def test_ours_runs_are_named_by_the_settings_their_kind_reads():
     finer = {**cm, "update_grades": 16}
     assert settings_read("ours_adapt", finer) == {**settings_read("ours_adapt", cm), "update_grades": 16}
     assert settings_read("ours_update", finer) == settings_read("ours_update", cm)
+    later = {**cm, "update_handover": 64, "update_handover_after": 32}
+    assert settings_read("ours_adapt", later) == {**settings_read("ours_adapt", cm), "update_handover": 64,
+                                                  "update_handover_after": 32}
 
 
 def test_comparison_loop_keeps_failures_as_rows(tmp_path):

@@ -128,7 +128,8 @@ class PipelineCostModel(PyCostModel):
     `update_rounds` / `update_epochs` (continued boosting / MLP fine-tuning; `update_rounds`
     and `update_grades` are the residual mode's trees and relevance grades; `update_handover`
     > 0 mixes each task's scores with those of MetaSchedule's XGBModel on the session alone,
-    its weight n / (n + update_handover) after n of the task's measurements), `train_data`
+    its weight m / (m + update_handover) with m the task's measurements beyond the first
+    `update_handover_after`, so that the prior keeps the lead it has early), `train_data`
     (the workspace the model was trained on, for the union mode), `exclude_tasks` (task ids
     of that workspace the union mode leaves out: the model's held-out test tasks), `threads`,
     `source` (where the model came from, for messages), `train_table` (the training table
@@ -136,7 +137,7 @@ class PipelineCostModel(PyCostModel):
 
     def __init__(self, model: CostModel, *, update: bool = False, update_every: int = 2,
                  update_mode: str = "auto", update_rounds: int = 50, update_epochs: int = 5, update_grades: int = GRADES,
-                 update_handover: int = 0,
+                 update_handover: int = 0, update_handover_after: int = 0,
                  train_data: str | Path | None = None, exclude_tasks=(), threads: int = 0, source: str = "",
                  info: dict | None = None, train_table: TrainingTable | None = None):
         super().__init__()
@@ -161,6 +162,9 @@ class PipelineCostModel(PyCostModel):
         if int(update_handover) < 0:
             raise ValueError(f"update_handover={update_handover} must be >= 0 (0: no hand-over)")
         self.update_handover = int(update_handover)
+        if int(update_handover_after) < 0:
+            raise ValueError(f"update_handover_after={update_handover_after} must be >= 0")
+        self.update_handover_after = int(update_handover_after)
         self.train_data = str(train_data) if train_data else None
         self.exclude_tasks = tuple(sorted(exclude_tasks or ()))
         self.threads = int(threads)
@@ -286,11 +290,12 @@ class PipelineCostModel(PyCostModel):
         calibrated = self.model.calibrated
         if self.residual.booster is not None:
             raw = raw + self.residual.predict(record_rows(*pack(per_store)))
-            measured = len(self.session.costs.get(shash2hex(context.mod), ()))
-            if self.session_xgb is not None and self.session_xgb.booster is not None and measured:
+            measured = len(self.session.costs.get(shash2hex(context.mod), ())) - self.update_handover_after
+            if self.session_xgb is not None and self.session_xgb.booster is not None and measured > 0:
                 # the task's scores hand over to the session's own model as its measurements
-                # grow, equal weight after `update_handover` of them (XGBModel scores the
-                # features extracted above: its `predict` would extract them again)
+                # grow past `update_handover_after`, equal weight after `update_handover` more
+                # (XGBModel scores the features extracted above: its `predict` would extract
+                # them again)
                 weight = measured / (measured + self.update_handover)
                 own = self.session_xgb._predict(xs=per_store)  # pylint: disable=protected-access
                 raw, calibrated = (1.0 - weight) * standardized(raw) + weight * standardized(own), False
@@ -344,7 +349,7 @@ class PipelineCostModel(PyCostModel):
         """The constructor's settings (all but the model and info)."""
         return {"update": self.update_enabled, "update_every": self.update_every, "update_mode": self.update_mode,
                 "update_rounds": self.update_rounds, "update_epochs": self.update_epochs, "update_grades": self.update_grades,
-                "update_handover": self.update_handover,
+                "update_handover": self.update_handover, "update_handover_after": self.update_handover_after,
                 "train_data": self.train_data, "exclude_tasks": list(self.exclude_tasks), "threads": self.threads,
                 "source": self.source}
 
@@ -368,7 +373,8 @@ class PipelineCostModel(PyCostModel):
         """Replace this adapter's model, settings and session with those saved in `path`."""
         inner = PipelineCostModel.from_file(path)._inst
         for k in ("model", "plan", "update_enabled", "update_every", "update_mode", "update_rounds",
-                  "update_epochs", "update_grades", "update_handover", "train_data", "exclude_tasks", "threads", "source", "info", "session",
+                  "update_epochs", "update_grades", "update_handover",
+                  "update_handover_after", "train_data", "exclude_tasks", "threads", "source", "info", "session",
                   "n_updates", "n_refits", "refit_log", "_task_context", "residual", "session_xgb"):
             setattr(self, k, getattr(inner, k))
         self._train_table = None

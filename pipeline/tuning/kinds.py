@@ -113,11 +113,12 @@ def check_kinds(kinds: list[str]) -> list[str]:
 #: the `tune.costmodel` settings an `ours` kind reads besides `update` (`ours` reads these of
 #: `ours_update` only when it refits, `update=true`)
 SETTINGS_READ = {"ours_update": ("update_every", "update_mode", "update_rounds", "update_epochs"),
-                 "ours_adapt": ("update_every", "update_rounds", "update_grades", "update_handover")}
+                 "ours_adapt": ("update_every", "update_rounds", "update_grades", "update_handover",
+                                "update_handover_after")}
 
 
 #: settings added after runs were kept, and the value those runs had
-LATER = {"update_grades": GRADES, "update_handover": 0}
+LATER = {"update_grades": GRADES, "update_handover": 0, "update_handover_after": 0}
 
 
 def settings_read(kind: str, costmodel: dict) -> dict:
@@ -153,12 +154,14 @@ class OursOptions:
     update_epochs: int = 5
     update_grades: int = GRADES
     update_handover: int = 0
+    update_handover_after: int = 0
     threads: int = 1
 
     def learning(self) -> dict:
         return dict(update=self.update, update_every=self.update_every, update_mode=self.update_mode,
                     update_rounds=self.update_rounds, update_epochs=self.update_epochs,
-                    update_grades=self.update_grades, update_handover=self.update_handover, threads=self.threads)
+                    update_grades=self.update_grades, update_handover=self.update_handover,
+                    update_handover_after=self.update_handover_after, threads=self.threads)
 
 
 def model_uri(opts: OursOptions, store: tracking.Store) -> tuple[str, bool]:
