@@ -56,10 +56,13 @@ def kept_runs(folders: list[Path], networks: list[str]) -> list[Path]:
 
 
 def _run_row(run: Path) -> dict:
+    """The row of a kept run's result.json: its cost model and the CPU that tuned it."""
     try:
-        return dict(json.loads((run / RESULT_FILE).read_text())["row"])
+        row = dict(json.loads((run / RESULT_FILE).read_text())["row"])
+        row["cost_model"] = str(row["cost_model"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise KeptRunError(f"{run / RESULT_FILE}: unreadable ({e}); a kept run writes it after its database") from e
+    return row
 
 
 VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}  # CPUID vendor -> the word in the model name
@@ -120,7 +123,7 @@ def import_runs(ws: Workspace, runs: list[Path]) -> dict:
     for run in runs:
         row = _run_row(run)
         check_same_cpu(run, row, host)
-        kind = str(row.get("cost_model"))
+        kind = row["cost_model"]
         try:
             lines, records = kept_records(run)
         except (OSError, ValueError) as e:
