@@ -137,21 +137,28 @@ def test_imported_runs_need_the_release_labels(tmp_path):
         run_stage("tasks", over)
 
 
-def test_a_run_tuned_on_another_cpu_is_refused_before_anything_is_written(grown):
-    """The second Xeon's committed MobileNet-V2 runs (their result.json names the CPU) do not
-    join the EPYC release's labels; a run of the labels' machine, or one that never said its
-    CPU, does."""
-    ws, _ = grown
+def test_a_run_tuned_on_another_cpu_is_refused_before_the_release_is_unpacked(tmp_path):
+    """The second Xeon's committed MobileNet-V2 run (its result.json names the CPU) does not
+    join the EPYC release's labels; a run of the labels' machine, or one kept before runs
+    recorded their CPU, does."""
     xeon = ROOT / "data" / "tuning-xeon2-b" / RELEASE.name
-    run = [r for r in imported.kept_runs([xeon], [NETWORK]) if r.name == "xgb-s0"][0]
-    host = imported.labels_host(ws)
-    assert "EPYC" in host["cpu_model"]
-    before = len(ws.read("candidates"))
+    kept = [r for r in imported.kept_runs([xeon], [NETWORK]) if r.name == "xgb-s0"][0]
+    run = tmp_path / "results" / RELEASE.name / "settings" / NETWORK / kept.name
+    shutil.copytree(kept, run)
+    over = ["dataset=release", f"dataset.release={RELEASE}", f"paths.data={tmp_path / 'data'}",
+            f"dataset.tuning_networks=[{NETWORK}]", f"dataset.tuning_results={tmp_path / 'results'}"]
     with pytest.raises(imported.KeptRunError, match=f"{run}: tuned on GenuineIntel.*dataset.tuning_results"):
-        imported.import_runs(ws, [run])
-    assert len(ws.read("candidates")) == before
-    row = json.loads((run / RESULT_FILE).read_text())["row"]
-    imported.check_same_cpu(run, {**row, "cpu_signature": None}, host)  # kept before runs wrote their CPU
-    imported.check_same_cpu(run, {**row, "cpu_model": host["cpu_model"], "cpu_signature": None}, host)
+        run_stage("tasks", over)
+    assert not list((tmp_path / "data").rglob("*.parquet"))  # refused before the release was unpacked
+    hardware = R.read_manifest(RELEASE)["hardware"]
+    assert "EPYC" in hardware["cpu_model"]
+    row = json.loads((run / RESULT_FILE).read_text())
+
+    def with_row(**changed) -> list[Path]:
+        (run / RESULT_FILE).write_text(json.dumps({**row, "row": {**row["row"], **changed}}))
+        return [run]
+
+    imported.check_same_cpu(with_row(cpu_signature=None), hardware)  # kept before runs wrote their CPU
+    imported.check_same_cpu(with_row(cpu_model=hardware["cpu_model"], cpu_signature=None), hardware)
     with pytest.raises(imported.KeptRunError, match="tuned on Intel"):
-        imported.check_same_cpu(run, {**row, "cpu_model": "Intel(R) Xeon(R) Processor"}, host)
+        imported.check_same_cpu(with_row(cpu_model="Intel(R) Xeon(R) Processor"), hardware)

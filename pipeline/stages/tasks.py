@@ -80,7 +80,10 @@ def kept_runs_importer(cfg):
 
     # runs tuned on this release or on a release it extends: the tasks of each are the workspace's
     results = Path(str(cfg.dataset.tuning_results))
-    runs = imported.kept_runs([results / m["name"] for _, m in R.chain(release_folder(cfg))[::-1]], networks)
+    releases = R.chain(release_folder(cfg))[::-1]
+    runs = imported.kept_runs([results / m["name"] for _, m in releases], networks)
+    for _, manifest in releases:  # before the release is unpacked: a run of another CPU is refused in seconds
+        imported.check_same_cpu(runs, manifest.get("hardware") or {})
     log.info("importing %d kept tuning runs of %s", len(runs), ", ".join(networks))
     return lambda ws: {f"tuning_{k}": v for k, v in imported.import_runs(ws, runs).items()}
 

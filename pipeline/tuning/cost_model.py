@@ -290,13 +290,13 @@ class PipelineCostModel(PyCostModel):
         calibrated = self.model.calibrated
         if self.residual.booster is not None:
             raw = raw + self.residual.predict(record_rows(*pack(per_store)))
-            measured = len(self.session.costs.get(shash2hex(context.mod), ())) - self.update_handover_after
-            if self.session_xgb is not None and self.session_xgb.booster is not None and measured > 0:
+            counted = len(self.session.costs.get(shash2hex(context.mod), ())) - self.update_handover_after
+            if self.session_xgb is not None and self.session_xgb.booster is not None and counted > 0:
                 # the task's scores hand over to the session's own model as its measurements
                 # grow past `update_handover_after`, equal weight after `update_handover` more
                 # (XGBModel scores the features extracted above: its `predict` would extract
                 # them again)
-                weight = measured / (measured + self.update_handover)
+                weight = counted / (counted + self.update_handover)
                 own = self.session_xgb._predict(xs=per_store)  # pylint: disable=protected-access
                 raw, calibrated = (1.0 - weight) * standardized(raw) + weight * standardized(own), False
         return positive_scores(raw, calibrated).astype(np.float64)

@@ -68,36 +68,36 @@ def _run_row(run: Path) -> dict:
 VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}  # CPUID vendor -> the word in the model name
 
 
-def check_same_cpu(run: Path, row: dict, host: dict) -> None:
-    """Refuse a run tuned on another CPU than the one that timed the workspace's labels: its
-    run times would join the labels' machine as if timed there. What neither side recorded
-    (runs kept before they wrote their CPU) cannot be checked and passes."""
-    mine, theirs = host.get("cpu_signature"), row.get("cpu_signature")
-    model, run_model = host.get("cpu_model"), row.get("cpu_model")
-    vendor = VENDORS.get(str(theirs).split(" ")[0]) if theirs else None
-    differ = ((mine and theirs and mine != theirs) or (model and run_model and model != run_model)
-              or (model and vendor and vendor not in str(model)))
-    if differ:
-        raise KeptRunError(
-            f"{run}: tuned on {run_model or theirs}, but the workspace's labels were timed on {model or mine}: run "
-            f"times of two CPUs do not join one workspace. Give dataset.tuning_results the folder of the runs "
-            f"tuned on the labels' machine (tune.results keeps one folder per machine), or leave this network "
-            f"out of dataset.tuning_networks")
+def check_same_cpu(runs: list[Path], hardware: dict) -> None:
+    """Refuse runs tuned on another CPU than the one that timed a release's labels
+    (`hardware`: its manifest's, release.hardware_of): their run times would join that
+    machine's as if timed there. What neither side recorded (runs kept before they wrote
+    their CPU) cannot be checked and passes."""
+    mine, model = hardware.get("cpu_signature"), hardware.get("cpu_model")
+    for run in runs:
+        row = _run_row(run)
+        theirs, run_model = row.get("cpu_signature"), row.get("cpu_model")
+        vendor = VENDORS.get(str(theirs).split(" ")[0]) if theirs else None
+        if ((mine and theirs and mine != theirs) or (model and run_model and model != run_model)
+                or (model and vendor and vendor not in str(model))):
+            raise KeptRunError(
+                f"{run}: tuned on {run_model or theirs}, but the release's labels were timed on {model or mine}: "
+                f"run times of two CPUs do not join one workspace. Give dataset.tuning_results the folder of the "
+                f"runs tuned on the labels' machine (tune.results keeps one folder per machine), or leave this "
+                f"network out of dataset.tuning_networks")
 
 
-def labels_host(ws: Workspace) -> dict:
-    """The machine the workspace's harness labels come from, which every imported run must
-    have been tuned on (check_same_cpu): its rows carry this machine's fields."""
-    meas = ws.read("measurements", require=True, columns=["device", "hardware", "cpu_model", "cpu_count", "cpu_signature",
-                                                           "gpu_name", "gpu_driver", "timer"])
+def _host(ws: Workspace) -> dict:
+    """The machine the workspace's harness labels come from: the kept runs were tuned on it
+    (check_same_cpu, before the workspace is made)."""
+    meas = ws.read("measurements", require=True, columns=["device", "hardware", "cpu_model", "cpu_count", "gpu_name",
+                                                           "gpu_driver", "timer"])
     meas = meas[meas["timer"].isna() & meas["hardware"].notna()]
-    hosts = meas.drop(columns=["timer", "cpu_signature"]).drop_duplicates()
-    signatures = meas["cpu_signature"].dropna().unique()  # labels timed before it was recorded have none
-    if len(hosts) != 1 or len(signatures) > 1:
+    hosts = meas.drop(columns=["timer"]).drop_duplicates()
+    if len(hosts) != 1:
         raise KeptRunError(f"{ws.measurements}: tuning runs join a workspace whose labels come from one machine; "
-                           f"this one has {max(len(hosts), len(signatures))}")
-    host = {k: (None if pd.isna(v) else v) for k, v in hosts.iloc[0].to_dict().items()}
-    return {**host, "cpu_signature": str(signatures[0]) if len(signatures) else None}
+                           f"this one has {len(hosts)}")
+    return {k: (None if pd.isna(v) else v) for k, v in hosts.iloc[0].to_dict().items()}
 
 
 def _measurement(rid: str, tid: str, run_secs: list | None, host: dict) -> dict:
@@ -114,16 +114,14 @@ def import_runs(ws: Workspace, runs: list[Path]) -> dict:
     returns counts."""
     tasks = ws.read("tasks", require=True).set_index("task_id")
     workloads = D.read_workload_lines(ws)
-    host = labels_host(ws)
+    host = _host(ws)
     known = set(ws.read("candidates", columns=["record_id"])["record_id"])
     counts = {"runs": len(runs), "schedules": 0, "imported": 0, "already_held": 0, "failed": 0,
               "other_tasks": 0}
     by_task: dict[str, list] = {}
     task_of: dict[str, str] = {}  # a workload's structural hash in a kept database -> task id
     for run in runs:
-        row = _run_row(run)
-        check_same_cpu(run, row, host)
-        kind = row["cost_model"]
+        kind = _run_row(run)["cost_model"]
         try:
             lines, records = kept_records(run)
         except (OSError, ValueError) as e:
