@@ -1,0 +1,146 @@
+"""Kept runs' tuned kernels timed inside the network, beside the kernels no record touched.
+
+    python benchmarks/kernels_in_network.py FOLDER [overrides] [--runs xgb-s0,ours_adapt-<hash>-s0] [--rounds 10] [--calls 5]
+
+FOLDER holds a network's kept runs (as for `kept_runs_on_this_machine.py`; the Hydra overrides
+build the network as the comparison's stage=tune did). Each run's network is compiled once with
+its database; then in `--rounds` rounds, every network in an order drawn anew, each is called
+`--calls` times with every call inside it timed (the Relax VM's instrument, before and after each
+call). A call's time splits into the functions the run's records replaced (the tuned tasks) and
+the rest, which is the same code in every run's network. Printed: per run the median over calls
+and rounds of the tuned part, the rest and the whole call; then, paired with `xgb-s<seed>` in the
+same round, XGBModel's / each run's for the three parts (geometric mean over rounds and seeds,
+and per seed). Where the whole network's ratio is no further from 1 than the rest's, an
+end-to-end difference of that size is the machine's state, not the tuning; the tuned part's
+ratio is the in-network reading of the tuning itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def fail(msg: str) -> None:
+    print(f"kernels_in_network: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", type=Path, help="a network's kept runs (data/tuning/<workspace>/<comparison>/<network>)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides that build the network as stage=tune did")
+    p.add_argument("--runs", default="", help="comma-separated run folders (default: every run with a database)")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--calls", type=int, default=5, help="timed calls per network and round")
+    p.add_argument("--seed", type=int, default=0, help="draws the order of the networks in each round")
+    args = p.parse_args()
+    import tvm
+    from tvm import relax
+
+    from pipeline.config import compose
+    from pipeline.options import task_choice
+    from pipeline.tuning import tasks as tuning_tasks
+    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, open_database
+    from pipeline.tuning.runs import compile_with_database
+
+    folder = args.folder
+    if not folder.is_dir():
+        fail(f"{folder}: no such folder; name a network's folder of kept runs, e.g. "
+             f"data/tuning/zoo_ops-llvm-epyc2-v1/d2071fdd493f/resnet18")
+    with_db = sorted(d.name for d in folder.iterdir()
+                     if (d / RESULT_FILE).exists() and (d / f"{DATABASE_FILES[1]}.gz").exists())
+    names = [n for n in args.runs.split(",") if n] or with_db
+    missing = [n for n in names if n not in with_db]
+    if missing or not names:
+        fail(f"{folder}: no kept run with a database named {', '.join(missing) or '(none)'}; "
+             f"its runs: {', '.join(with_db) or 'none'}")
+    if args.rounds < 1 or args.calls < 1:
+        fail(f"--rounds {args.rounds} --calls {args.calls}: time at least one round of one call")
+    overrides = ["stage=tune", *args.overrides]
+    if not any(o.startswith("tune.tasks=") for o in overrides):
+        overrides.append(f"tune.tasks={folder.name}")
+    cfg = compose(overrides)
+    net, target = tuning_tasks.network(task_choice(cfg), str(cfg.tune.tasks))
+    if target.kind.name != "llvm":
+        fail(f"target {target.kind.name}: the VM's instrument times host calls; time CPU networks only")
+    dev = tvm.cpu()
+    inputs = [tvm.runtime.tensor(x, dev) for x in net.inputs]
+
+    networks = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            ex, replaced = compile_with_database(open_database(folder / name, Path(scratch) / name), net.mod, target)
+            vm = relax.VirtualMachine(ex, dev)
+            vm["main"](*inputs)  # warm-up
+            networks[name] = (vm, set(replaced), ex)
+    print(f"{net.name}: {len(networks)} networks compiled; {args.rounds} rounds x {args.calls} calls; "
+          f"load average {os.getloadavg()[0]:.2f}")
+
+    rows = []
+    order = list(networks)
+    rng = random.Random(args.seed)
+    for rnd in range(args.rounds):
+        rng.shuffle(order)
+        for name in order:
+            vm, replaced, _ = networks[name]
+            parts = {"tuned": 0.0, "rest": 0.0}
+            started: dict = {}
+
+            def instrument(func, symbol, before, ret, *call_args):
+                if before:
+                    started[symbol] = time.perf_counter()
+                else:
+                    parts["tuned" if symbol in replaced else "rest"] += time.perf_counter() - started.pop(symbol)
+                return 0
+
+            vm.set_instrument(instrument)
+            for call in range(args.calls):
+                parts.update(tuned=0.0, rest=0.0)
+                t0 = time.perf_counter()
+                vm["main"](*inputs)
+                rows.append({"run": name, "round": rnd, "call": call, "tuned": parts["tuned"],
+                             "rest": parts["rest"], "network": time.perf_counter() - t0})
+    load = os.getloadavg()[0]
+    t = pd.DataFrame(rows)
+    per_round = t.groupby(["run", "round"], as_index=False)[["tuned", "rest", "network"]].median()
+    per_run = per_round.groupby("run")[["tuned", "rest", "network"]].median() * 1e3
+    print(per_run.round(2).rename(columns=lambda c: f"{c} ms").to_string())
+
+    seed_of = {n: n.rsplit("-s", 1)[-1] for n in names}
+    base = {seed_of[n]: n for n in names if n.startswith("xgb-s")}
+    if not base:
+        print("no xgb-s<seed> run among the runs: nothing to pair with")
+        return
+    wide = per_round.pivot(index="round", columns="run")
+    print(f"\nXGBModel's / this, paired by seed and round (geometric mean; per seed); load average {load:.2f}")
+    for name in names:
+        if name in base.values() or seed_of[name] not in base:
+            continue
+        cells = []
+        for part in ("tuned", "rest", "network"):
+            logs = np.log(wide[part][base[seed_of[name]]] / wide[part][name]).to_numpy()
+            cells.append(f"{part} {np.exp(logs.mean()):.3f}")
+        print(f"{name:32s} " + "  ".join(cells))
+    kinds = sorted({n.rsplit("-s", 1)[0] for n in names} - {"xgb"})
+    for kind in kinds:
+        pairs = [(base[seed_of[n]], n) for n in names if n.rsplit("-s", 1)[0] == kind and seed_of[n] in base]
+        if not pairs:
+            continue
+        cells = []
+        for part in ("tuned", "rest", "network"):
+            logs = np.concatenate([np.log(wide[part][b] / wide[part][n]).to_numpy() for b, n in pairs])
+            cells.append(f"{part} {np.exp(logs.mean()):.3f}")
+        print(f"{kind + f' ({len(pairs)} seeds)':32s} " + "  ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
