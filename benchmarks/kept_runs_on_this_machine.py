@@ -29,39 +29,55 @@ from pathlib import Path
 import numpy as np
 
 
-def fail(msg: str) -> None:
-    print(f"kept_runs_on_this_machine: {msg}", file=sys.stderr)
+def fail(msg: str, script: str = "kept_runs_on_this_machine") -> None:
+    print(f"{script}: {msg}", file=sys.stderr)
     sys.exit(2)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def kept_runs_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every kept-runs benchmark takes: FOLDER, Hydra overrides, --runs."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("folder", type=Path, help="a network's kept runs (data/tuning/<workspace>/<comparison>/<network>)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides that build the network as stage=tune did")
     p.add_argument("--runs", default="", help="comma-separated run folders (default: every run with a database)")
-    args = p.parse_args()
-    from tvm.s_tir import meta_schedule as ms
+    return p
 
+
+def kept_runs_and_network(args: argparse.Namespace, script: str):
+    """The run folders named (or every one with a database), the config, and the network and
+    target built as the comparison's stage=tune did; a clear exit where FOLDER or a run is not."""
     from pipeline.config import compose
     from pipeline.options import task_choice
     from pipeline.tuning import tasks as tuning_tasks
-    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, network_latency, open_database, read_result
+    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE
 
     folder = args.folder
     if not folder.is_dir():
         fail(f"{folder}: no such folder; name a network's folder of kept runs, e.g. "
-             f"data/tuning/zoo_ops-llvm-epyc2-v1/d2071fdd493f/resnet18")
-    names = [n for n in args.runs.split(",") if n] or sorted(
-        d.name for d in folder.iterdir() if (d / RESULT_FILE).exists() and (d / f"{DATABASE_FILES[1]}.gz").exists())
-    missing = [n for n in names if not (folder / n / RESULT_FILE).exists()]
+             f"data/tuning/zoo_ops-llvm-epyc2-v1/d2071fdd493f/resnet18", script)
+    with_db = sorted(d.name for d in folder.iterdir()
+                     if (d / RESULT_FILE).exists() and (d / f"{DATABASE_FILES[1]}.gz").exists())
+    names = [n for n in args.runs.split(",") if n] or with_db
+    missing = [n for n in names if n not in with_db]
     if missing or not names:
-        fail(f"{folder}: no kept run {', '.join(missing) or '(none with a database)'}; its run folders: "
-             f"{', '.join(sorted(d.name for d in folder.iterdir() if d.is_dir())) or 'none'}")
+        fail(f"{folder}: no kept run with a database named {', '.join(missing) or '(none)'}; its runs with "
+             f"one: {', '.join(with_db) or 'none'}", script)
     overrides = ["stage=tune", *args.overrides]
     if not any(o.startswith("tune.tasks=") for o in overrides):
         overrides.append(f"tune.tasks={folder.name}")
     cfg = compose(overrides)
     net, target = tuning_tasks.network(task_choice(cfg), str(cfg.tune.tasks))
+    return names, cfg, net, target
+
+
+def main() -> None:
+    args = kept_runs_parser(__doc__.splitlines()[0]).parse_args()
+    from tvm.s_tir import meta_schedule as ms
+
+    from pipeline.tuning.comparison import RESULT_FILE, network_latency, open_database, read_result
+
+    folder = args.folder
+    names, cfg, net, target = kept_runs_and_network(args, "kept_runs_on_this_machine")
     r = cfg.tune.runner
     evaluator = {"number": int(r.number), "repeat": int(r.repeat), "min_repeat_ms": int(r.min_repeat_ms)}
     untuned = network_latency(ms.database.MemoryDatabase(), net.mod, target, net.inputs, **evaluator) * 1e3

@@ -17,28 +17,21 @@ ratio is the in-network reading of the tuning itself.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from kept_runs_on_this_machine import fail, kept_runs_and_network, kept_runs_parser  # the script's folder
 
-
-def fail(msg: str) -> None:
-    print(f"kernels_in_network: {msg}", file=sys.stderr)
-    sys.exit(2)
+SCRIPT = "kernels_in_network"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("folder", type=Path, help="a network's kept runs (data/tuning/<workspace>/<comparison>/<network>)")
-    p.add_argument("overrides", nargs="*", help="Hydra overrides that build the network as stage=tune did")
-    p.add_argument("--runs", default="", help="comma-separated run folders (default: every run with a database)")
+    p = kept_runs_parser(__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--calls", type=int, default=5, help="timed calls per network and round")
     p.add_argument("--seed", type=int, default=0, help="draws the order of the networks in each round")
@@ -46,32 +39,15 @@ def main() -> None:
     import tvm
     from tvm import relax
 
-    from pipeline.config import compose
-    from pipeline.options import task_choice
-    from pipeline.tuning import tasks as tuning_tasks
-    from pipeline.tuning.comparison import DATABASE_FILES, RESULT_FILE, open_database
+    from pipeline.tuning.comparison import open_database
     from pipeline.tuning.runs import compile_with_database
 
     folder = args.folder
-    if not folder.is_dir():
-        fail(f"{folder}: no such folder; name a network's folder of kept runs, e.g. "
-             f"data/tuning/zoo_ops-llvm-epyc2-v1/d2071fdd493f/resnet18")
-    with_db = sorted(d.name for d in folder.iterdir()
-                     if (d / RESULT_FILE).exists() and (d / f"{DATABASE_FILES[1]}.gz").exists())
-    names = [n for n in args.runs.split(",") if n] or with_db
-    missing = [n for n in names if n not in with_db]
-    if missing or not names:
-        fail(f"{folder}: no kept run with a database named {', '.join(missing) or '(none)'}; "
-             f"its runs: {', '.join(with_db) or 'none'}")
+    names, _, net, target = kept_runs_and_network(args, SCRIPT)
     if args.rounds < 1 or args.calls < 1:
-        fail(f"--rounds {args.rounds} --calls {args.calls}: time at least one round of one call")
-    overrides = ["stage=tune", *args.overrides]
-    if not any(o.startswith("tune.tasks=") for o in overrides):
-        overrides.append(f"tune.tasks={folder.name}")
-    cfg = compose(overrides)
-    net, target = tuning_tasks.network(task_choice(cfg), str(cfg.tune.tasks))
+        fail(f"--rounds {args.rounds} --calls {args.calls}: time at least one round of one call", SCRIPT)
     if target.kind.name != "llvm":
-        fail(f"target {target.kind.name}: the VM's instrument times host calls; time CPU networks only")
+        fail(f"target {target.kind.name}: the VM's instrument times host calls; time CPU networks only", SCRIPT)
     dev = tvm.cpu()
     inputs = [tvm.runtime.tensor(x, dev) for x in net.inputs]
 
