@@ -9,9 +9,9 @@ its database; then in `--rounds` rounds, every network in an order drawn anew, e
 call). A call's time splits into the functions the run's records replaced (the tuned tasks) and
 the rest, which is the same code in every run's network. Printed: per run the median over calls
 and rounds of the tuned part, the rest and the whole call; then, paired with `xgb-s<seed>` in the
-same round, XGBModel's / each run's for the three parts (geometric mean over rounds and seeds,
-and per seed). Where the whole network's ratio is no further from 1 than the rest's, an
-end-to-end difference of that size is the machine's state, not the tuning; the tuned part's
+same round, XGBModel's / each run's for the three parts (`tune.retime`'s pairing: the geometric
+mean over (seed, round) pairs, its 90% interval over rounds, each seed's). Where the whole
+network's ratio is no further from 1 than the rest's, an end-to-end difference of that size is the machine's state, not the tuning; the tuned part's
 ratio is the in-network reading of the tuning itself.
 """
 
@@ -23,11 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from kept_runs_on_this_machine import fail, kept_runs_and_network, kept_runs_parser  # the script's folder
 
 SCRIPT = "kernels_in_network"
+PARTS = ("tuned", "rest", "network")
 
 
 def main() -> None:
@@ -40,6 +40,7 @@ def main() -> None:
     from tvm import relax
 
     from pipeline.tuning.comparison import open_database
+    from pipeline.tuning.retime import paired
     from pipeline.tuning.runs import compile_with_database
 
     folder = args.folder
@@ -57,7 +58,7 @@ def main() -> None:
             ex, replaced = compile_with_database(open_database(folder / name, Path(scratch) / name), net.mod, target)
             vm = relax.VirtualMachine(ex, dev)
             vm["main"](*inputs)  # warm-up
-            networks[name] = (vm, set(replaced), ex)
+            networks[name] = (vm, set(replaced))
     print(f"{net.name}: {len(networks)} networks compiled; {args.rounds} rounds x {args.calls} calls; "
           f"load average {os.getloadavg()[0]:.2f}")
 
@@ -67,7 +68,7 @@ def main() -> None:
     for rnd in range(args.rounds):
         rng.shuffle(order)
         for name in order:
-            vm, replaced, _ = networks[name]
+            vm, replaced = networks[name]
             parts = {"tuned": 0.0, "rest": 0.0}
             started: dict = {}
 
@@ -87,35 +88,21 @@ def main() -> None:
                              "rest": parts["rest"], "network": time.perf_counter() - t0})
     load = os.getloadavg()[0]
     t = pd.DataFrame(rows)
-    per_round = t.groupby(["run", "round"], as_index=False)[["tuned", "rest", "network"]].median()
-    per_run = per_round.groupby("run")[["tuned", "rest", "network"]].median() * 1e3
-    print(per_run.round(2).rename(columns=lambda c: f"{c} ms").to_string())
-
-    seed_of = {n: n.rsplit("-s", 1)[-1] for n in names}
-    base = {seed_of[n]: n for n in names if n.startswith("xgb-s")}
-    if not base:
+    per_round = t.groupby(["run", "round"], as_index=False)[list(PARTS)].median()
+    print((per_round.groupby("run")[list(PARTS)].median() * 1e3).round(2)
+          .rename(columns=lambda c: f"{c} ms").to_string())
+    # the run folder's name is <cost model>[-<settings digest>]-s<seed>: the label keeps the digest
+    label, seed = zip(*(n.rsplit("-s", 1) for n in per_round["run"]))
+    per_round = per_round.assign(cost_model=label, seed=[int(x) for x in seed])
+    if "xgb" not in set(label):
         print("no xgb-s<seed> run among the runs: nothing to pair with")
         return
-    wide = per_round.pivot(index="round", columns="run")
-    print(f"\nXGBModel's / this, paired by seed and round (geometric mean; per seed); load average {load:.2f}")
-    for name in names:
-        if name in base.values() or seed_of[name] not in base:
-            continue
-        cells = []
-        for part in ("tuned", "rest", "network"):
-            logs = np.log(wide[part][base[seed_of[name]]] / wide[part][name]).to_numpy()
-            cells.append(f"{part} {np.exp(logs.mean()):.3f}")
-        print(f"{name:32s} " + "  ".join(cells))
-    kinds = sorted({n.rsplit("-s", 1)[0] for n in names} - {"xgb"})
-    for kind in kinds:
-        pairs = [(base[seed_of[n]], n) for n in names if n.rsplit("-s", 1)[0] == kind and seed_of[n] in base]
-        if not pairs:
-            continue
-        cells = []
-        for part in ("tuned", "rest", "network"):
-            logs = np.concatenate([np.log(wide[part][b] / wide[part][n]).to_numpy() for b, n in pairs])
-            cells.append(f"{part} {np.exp(logs.mean()):.3f}")
-        print(f"{kind + f' ({len(pairs)} seeds)':32s} " + "  ".join(cells))
+    print(f"\nXGBModel's / this, paired by seed and round (geometric mean, 90% over rounds); "
+          f"load average {load:.2f}")
+    for part in PARTS:
+        table = paired(per_round.rename(columns={part: "e2e_ms"}))
+        table = table[table["cost_model"] != "xgb"][["cost_model", "seeds", "xgb/this", "lo", "hi", "per_seed"]]
+        print(f"{part}:\n{table.round(3).to_string(index=False)}")
 
 
 if __name__ == "__main__":
